@@ -1,0 +1,1 @@
+"""Prefect flows: the training pipeline (and, later, its deployments)."""

@@ -1,0 +1,61 @@
+"""The training_pipeline flow: the five stage tasks in order, each run only when DVC sees it as changed.
+
+After each stage runs, its outputs are committed to DVC, so `dvc status` stays clean and `dvc repro` is a no-op after
+a flow run, and a later flow run over an unchanged pipeline recomputes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger
+
+from tasks import dvc
+from tasks.evaluate import evaluate
+from tasks.ingest import ingest
+from tasks.register import register
+from tasks.split import split
+from tasks.train import train
+from trainflow.paths import Paths
+
+STAGE_TASKS = (ingest, split, train, evaluate, register)
+
+
+@flow(name="training_pipeline")
+def training_pipeline(root: str = ".") -> dict[str, Any]:
+    """Run ingest → split → train → evaluate → register in the project at `root`; returns each stage's summary."""
+    logger = get_run_logger()
+    project = Path(root).resolve()
+    results: dict[str, Any] = {}
+    for stage_task in STAGE_TASKS:
+        name = stage_task.name
+        if not dvc.changed(project, name):
+            logger.info("%s: up to date, skipped", name)
+            print(f"[trainflow] {name}: up to date, skipped", flush=True)
+            results[name] = {"skipped": True}
+            continue
+        print(f"[trainflow] {name}: running", flush=True)
+        results[name] = stage_task(str(project))
+        dvc.commit(project, name)
+    return results
+
+
+def summary(paths: Paths, results: dict[str, Any]) -> str:
+    """What a person wants to know after a run: where the metrics, the model and the registry version are."""
+    lines = ["", "trainflow: pipeline finished"]
+    ran = [k for k, v in results.items() if not v.get("skipped")]
+    lines.append(f"  stages run: {', '.join(ran) if ran else 'none (everything up to date)'}")
+    if paths.metrics.is_file():
+        metrics = json.loads(paths.metrics.read_text())
+        shown = ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items())
+        lines.append(f"  metrics:  {paths.metrics}  ({shown})")
+    lines.append(f"  model:    {paths.final}")
+    lines.append(f"  plots:    {paths.plots}")
+    if paths.registration.is_file():
+        reg = json.loads(paths.registration.read_text())
+        champ = "now champion" if reg["champion"] else f"champion stays version {reg['champion_version']}"
+        lines.append(f"  registry: {reg['model_uri']} ({champ}; {reg['gate_metric']}={reg['value']:.4f})")
+        lines.append(f"  load it:  mlflow.pyfunc.load_model('models:/{reg['model_name']}@champion')")
+    return "\n".join(lines)

@@ -1,0 +1,5 @@
+import sys
+
+from trainflow.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""Reading, checking, splitting and preprocessing data."""

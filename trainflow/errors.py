@@ -1,0 +1,26 @@
+"""Errors a user can cause and fix. The CLI turns them into one paragraph on stderr and exit code 2."""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """Bad params, bad data or a missing file: the message names what to fix."""
+
+    exit_code = 2
+
+
+class ParamsError(UserError):
+    """One or more invalid parameters; `problems` holds (dotted path, message) pairs, all of them."""
+
+    def __init__(self, source: str, problems: list[tuple[str, str]]) -> None:
+        self.source = source
+        self.problems = problems
+        n = len(problems)
+        lines = [f"{source}: {n} invalid parameter{'s' if n != 1 else ''}:"]
+        lines += [f"  {path}: {msg}" for path, msg in problems]
+        lines.append("Fix params.yaml or the -S override, then rerun (`trainflow params schema` lists every field).")
+        super().__init__("\n".join(lines))
+
+
+class DataError(UserError):
+    """The data cannot be used as configured: the message names the file, column or row."""

@@ -1,0 +1,42 @@
+"""Lineage facts for a run: git commit, DVC's hash of the data, a hash of the params."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from trainflow.io import sha256_json
+
+
+def git_commit(root: Path) -> tuple[str, bool]:
+    """(commit, dirty). ("unknown", False) outside a git repository."""
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True,
+            check=True,
+        ).stdout
+        return commit, bool(status.strip())
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown", False
+
+
+def dvc_out_hash(root: Path, stage: str, out: str) -> str:
+    """The md5 DVC recorded in dvc.lock for output `out` of `stage` ("unknown" if not recorded yet)."""
+    lock = root / "dvc.lock"
+    if not lock.is_file():
+        return "unknown"
+    data = yaml.safe_load(lock.read_text()) or {}
+    for entry in data.get("stages", {}).get(stage, {}).get("outs", []):
+        if entry.get("path") == out:
+            return str(entry.get("md5", "unknown"))
+    return "unknown"
+
+
+def params_hash(params: dict[str, Any]) -> str:
+    return sha256_json(params)[:16]

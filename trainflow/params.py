@@ -1,0 +1,248 @@
+"""Every parameter of the pipeline, validated. params.yaml holds one top-level key per stage (contract).
+
+`load_params(path, overrides)` merges dotted `key=value` overrides (YAML values, as `dvc exp run -S`) into the file's
+contents, validates the result and raises ParamsError listing every problem with its dotted path.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from trainflow.errors import ParamsError
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class DataParams(Section):
+    source: str = Field(
+        "builtin:digits",
+        description="Where the raw data comes from: a file path relative to the project root, or builtin:<name> "
+        "for a dataset that ships inside scikit-learn (digits).",
+    )
+    target: str = Field("target", min_length=1, description="Name of the column to predict.")
+    features: list[str] | None = Field(
+        None, description="Columns to use as features; null means every column except the target and `exclude`."
+    )
+    exclude: list[str] = Field(default_factory=list, description="Columns never used as features (ids, leaks).")
+
+    @model_validator(mode="after")
+    def _target_is_not_a_feature(self) -> DataParams:
+        if self.features is not None and self.target in self.features:
+            raise ValueError(f"data.features lists the target column {self.target!r}; remove it from the list")
+        if self.target in self.exclude:
+            raise ValueError(f"data.exclude lists the target column {self.target!r}; the target is never a feature")
+        return self
+
+
+class SplitParams(Section):
+    val_fraction: float = Field(0.15, gt=0, lt=1, description="Fraction of rows held out for validation.")
+    test_fraction: float = Field(0.15, gt=0, lt=1, description="Fraction of rows held out for the final test.")
+    stratify: bool = Field(True, description="Keep class proportions equal across splits (classification only).")
+
+    @model_validator(mode="after")
+    def _leaves_rows_to_train_on(self) -> SplitParams:
+        if self.val_fraction + self.test_fraction >= 0.9:
+            raise ValueError(
+                f"split.val_fraction + split.test_fraction = {self.val_fraction + self.test_fraction:g} leaves "
+                "under 10% of the rows to train on; lower one of them"
+            )
+        return self
+
+
+class ModelParams(Section):
+    name: Literal["mlp"] = Field("mlp", description="Built-in model: mlp (a multilayer perceptron for tables).")
+    hidden_sizes: list[int] = Field(
+        default_factory=lambda: [256, 128], min_length=1, description="Width of each hidden layer of the MLP."
+    )
+    dropout: float = Field(0.1, ge=0, lt=1, description="Dropout probability after each hidden layer.")
+
+    @model_validator(mode="after")
+    def _positive_widths(self) -> ModelParams:
+        if any(h <= 0 for h in self.hidden_sizes):
+            raise ValueError(f"model.hidden_sizes must all be positive, got {self.hidden_sizes}")
+        return self
+
+
+class TrainParams(Section):
+    epochs: int = Field(40, ge=1, description="Maximum number of passes over the training split.")
+    batch_size: int = Field(64, ge=1, description="Micro-batch size: samples per forward/backward pass.")
+    accumulate: int = Field(
+        1, ge=1, description="Micro-batches per optimizer update; an update sees batch_size * accumulate samples."
+    )
+    lr: float = Field(2e-3, gt=0, le=10, description="Peak learning rate of AdamW, reached after the warmup.")
+    min_lr: float = Field(2e-5, ge=0, description="Floor of the cosine schedule (absolute learning rate).")
+    weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay (not applied to biases).")
+    warmup_fraction: float = Field(
+        0.05, ge=0, lt=1, description="Fraction of all optimizer updates spent warming the learning rate up."
+    )
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(
+        "auto",
+        description="Numeric precision: fp32; bf16 autocast (CPU and CUDA); fp16 autocast with a GradScaler "
+        "(CUDA only); auto = bf16 on GPUs that support it, else fp32.",
+    )
+    max_grad_norm: float | None = Field(
+        1.0, gt=0, description="Clip the global gradient norm to this value (after unscaling); null disables."
+    )
+    patience: int = Field(
+        8, ge=1, description="Early stopping: stop after this many evaluations (one per epoch) without improvement."
+    )
+    min_delta: float = Field(0.0, ge=0, description="Early stopping: the least change in val_loss that counts.")
+    max_nonfinite: int = Field(
+        5, ge=1, description="Stop with an error after this many consecutive updates with a non-finite loss/gradient."
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Where to train; auto = cuda if available.")
+    resume: Literal["auto", "never"] = Field(
+        "auto",
+        description="auto: resume from models/checkpoints when its training params and data hash match the "
+        "current ones, else start fresh; never: always start fresh.",
+    )
+    progress: bool = Field(True, description="Show a progress bar on stderr.")
+
+    @model_validator(mode="after")
+    def _floor_below_peak(self) -> TrainParams:
+        if self.min_lr > self.lr:
+            raise ValueError(f"train.min_lr ({self.min_lr:g}) is above train.lr ({self.lr:g}); lower min_lr")
+        return self
+
+
+class EvaluateParams(Section):
+    batch_size: int = Field(1024, ge=1, description="Batch size for scoring the test split.")
+
+
+ClassificationMetric = Literal["accuracy", "f1_macro", "log_loss"]
+
+
+class RegisterParams(Section):
+    model_name: str = Field("trainflow-digits", min_length=1, description="Registered model name in MLflow.")
+    gate_metric: ClassificationMetric = Field(
+        "accuracy", description="Test metric that decides whether a new version becomes the champion."
+    )
+    min_delta: float = Field(
+        0.0, ge=0, description="The new version must beat the champion by more than this to take the alias."
+    )
+
+
+class TrackingParams(Section):
+    experiment: str = Field("trainflow", min_length=1, description="MLflow experiment name for training runs.")
+
+
+# `register` is a stage name here, not ABCMeta.register; pydantic warns about the shadowing, harmlessly.
+warnings.filterwarnings("ignore", message='Field name "register"', category=UserWarning)
+
+
+class PipelineParams(Section):
+    seed: int = Field(42, ge=0, description="Seed for splitting, initialisation and data order.")
+    data: DataParams = Field(default_factory=DataParams, description="Raw data source and schema (ingest).")  # type: ignore[arg-type]
+    split: SplitParams = Field(default_factory=SplitParams, description="Train/val/test split (split).")  # type: ignore[arg-type]
+    model: ModelParams = Field(default_factory=ModelParams, description="Model architecture (train).")  # type: ignore[arg-type]
+    train: TrainParams = Field(default_factory=TrainParams, description="Training loop (train).")  # type: ignore[arg-type]
+    evaluate: EvaluateParams = Field(default_factory=EvaluateParams, description="Test scoring (evaluate).")  # type: ignore[arg-type]
+    register: RegisterParams = Field(default_factory=RegisterParams, description="Model registry (register).")  # type: ignore[arg-type]
+    tracking: TrackingParams = Field(default_factory=TrackingParams, description="MLflow tracking.")  # type: ignore[arg-type]
+
+
+# --- overrides -------------------------------------------------------------------------------------------------------
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """`train.lr=3e-4` -> (["train", "lr"], 0.0003). The value is YAML, as in `dvc exp run -S`."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise ParamsError("-S", [(text, "an override must look like key.subkey=value, e.g. -S train.lr=3e-4")])
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ParamsError("-S", [(key, f"value {raw!r} is not valid YAML: {exc}")]) from None
+    return key.split("."), value
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Set each dotted key in a copy of `raw`; unknown keys are left for validation to report."""
+    import copy
+
+    out = copy.deepcopy(raw)
+    for text in overrides:
+        keys, value = parse_override(text)
+        node = out
+        for k in keys[:-1]:
+            child = node.get(k)
+            if not isinstance(child, dict):
+                child = {}
+                node[k] = child
+            node = child
+        node[keys[-1]] = value
+    return out
+
+
+def _problems(exc: ValidationError) -> list[tuple[str, str]]:
+    problems = []
+    for err in exc.errors():
+        path = ".".join(str(p) for p in err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown parameter (check the spelling; `trainflow params schema` lists the valid ones)"
+        elif "input" in err and not isinstance(err["input"], dict):
+            msg = f"{msg} (got {err['input']!r})"
+        problems.append((path or "<root>", msg))
+    return problems
+
+
+def read_raw(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ParamsError(str(path), [("<file>", "file not found; run from the project root or create params.yaml")])
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ParamsError(str(path), [("<file>", f"not valid YAML: {exc}")]) from None
+    if not isinstance(raw, dict):
+        raise ParamsError(str(path), [("<root>", "params.yaml must be a mapping of sections")])
+    return raw
+
+
+def validate(raw: dict[str, Any], source: str) -> PipelineParams:
+    try:
+        return PipelineParams.model_validate(raw)
+    except ValidationError as exc:
+        raise ParamsError(source, _problems(exc)) from None
+
+
+def load_params(path: Path, overrides: list[str] | None = None) -> PipelineParams:
+    """Read, override and validate params.yaml (contract). Raises ParamsError with every problem."""
+    raw = apply_overrides(read_raw(path), overrides or [])
+    return validate(raw, str(path) + (" with -S overrides" if overrides else ""))
+
+
+def write_overrides(path: Path, overrides: list[str]) -> None:
+    """Write validated overrides into params.yaml in place, keeping comments, as `dvc exp run -S` does."""
+    if not overrides:
+        return
+    from ruamel.yaml import YAML
+
+    from trainflow.io import atomic_path
+
+    load_params(path, overrides)  # validate first: an invalid override never reaches the file
+    rt = YAML()
+    rt.preserve_quotes = True
+    doc = rt.load(path.read_text())
+    for text in overrides:
+        keys, value = parse_override(text)
+        node = doc
+        for k in keys[:-1]:
+            if k not in node or node[k] is None:
+                node[k] = {}
+            node = node[k]
+        node[keys[-1]] = value
+    with atomic_path(path) as tmp, open(tmp, "w") as f:
+        rt.dump(doc, f)
+
+
+def schema() -> dict[str, Any]:
+    return PipelineParams.model_json_schema()

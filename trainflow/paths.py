@@ -1,0 +1,97 @@
+"""Canonical artifact paths, relative to the project root. dvc.yaml, the CLI, the tasks and the tests use these."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+PARAMS_FILE = "params.yaml"
+
+
+def find_root(start: Path | None = None) -> Path:
+    """The project root: $TRAINFLOW_ROOT, else the nearest directory upwards holding params.yaml, else the cwd."""
+    if env := os.environ.get("TRAINFLOW_ROOT"):
+        return Path(env).resolve()
+    here = (start or Path.cwd()).resolve()
+    for d in (here, *here.parents):
+        if (d / PARAMS_FILE).is_file():
+            return d
+    return here
+
+
+@dataclass(frozen=True)
+class Paths:
+    root: Path
+
+    @classmethod
+    def default(cls) -> Paths:
+        return cls(find_root())
+
+    @property
+    def params(self) -> Path:
+        return self.root / PARAMS_FILE
+
+    @property
+    def raw(self) -> Path:
+        return self.root / "data" / "raw"
+
+    @property
+    def processed(self) -> Path:
+        return self.root / "data" / "processed"
+
+    @property
+    def table(self) -> Path:
+        return self.processed / "table.parquet"
+
+    @property
+    def schema(self) -> Path:
+        return self.processed / "schema.json"
+
+    @property
+    def splits(self) -> Path:
+        return self.root / "data" / "splits"
+
+    def split_file(self, name: str) -> Path:
+        return self.splits / f"{name}.parquet"
+
+    @property
+    def split_schema(self) -> Path:
+        """The schema travels with the splits, so later stages depend on data/splits alone."""
+        return self.splits / "schema.json"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "models" / "checkpoints"
+
+    @property
+    def final(self) -> Path:
+        return self.root / "models" / "final"
+
+    @property
+    def reports(self) -> Path:
+        return self.root / "reports"
+
+    @property
+    def metrics(self) -> Path:
+        return self.reports / "metrics.json"
+
+    @property
+    def train_run(self) -> Path:
+        return self.reports / "train_run.json"
+
+    @property
+    def plots(self) -> Path:
+        return self.reports / "plots"
+
+    @property
+    def registration(self) -> Path:
+        return self.reports / "registration.json"
+
+    @property
+    def mlflow_db(self) -> Path:
+        return self.root / "mlflow.db"
+
+    @property
+    def mlflow_artifacts(self) -> Path:
+        return self.root / "mlartifacts"

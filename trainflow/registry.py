@@ -1,0 +1,55 @@
+"""Model registry: a new version with lineage tags, and the champion gate."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainflow.params import RegisterParams
+
+MINIMIZE = {"log_loss"}  # gate metrics where lower is better; every other one is higher-is-better
+CHAMPION = "champion"
+
+
+def beats(new: float, old: float | None, metric: str, min_delta: float) -> bool:
+    if old is None:
+        return True
+    return new < old - min_delta if metric in MINIMIZE else new > old + min_delta
+
+
+def register(model_uri: str, params: RegisterParams, metrics: dict[str, float], tags: dict[str, str]) -> dict[str, Any]:
+    """Create a version of `params.model_name` from `model_uri`; move `champion` to it only if it beats the current one."""
+    import mlflow
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient()
+    name = params.model_name
+    try:
+        client.get_registered_model(name)
+    except MlflowException:
+        client.create_registered_model(name, description="Registered by trainflow's register stage.")
+    all_tags = {**tags, **{f"metric.{k}": repr(float(v)) for k, v in metrics.items()}}
+    version = mlflow.register_model(model_uri, name, tags=all_tags).version
+
+    try:
+        current = client.get_model_version_by_alias(name, CHAMPION)
+    except MlflowException:
+        current = None
+    gate = params.gate_metric
+    old = float(current.tags[f"metric.{gate}"]) if current and f"metric.{gate}" in current.tags else None
+    new = float(metrics[gate])
+    promoted = beats(new, old, gate, params.min_delta)
+    if promoted:
+        client.set_registered_model_alias(name, CHAMPION, version)
+    return {
+        "model_name": name,
+        "version": int(version),
+        "model_uri": f"models:/{name}/{version}",
+        "gate_metric": gate,
+        "value": new,
+        "previous_champion": int(current.version) if current else None,
+        "previous_value": old,
+        "champion": promoted,
+        "champion_version": int(version) if promoted else (int(current.version) if current else None),
+        "tags": tags,
+    }

@@ -1,0 +1,125 @@
+"""train: fit preprocessing on train only, build the model, run the engine, export the final model, track in MLflow."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from safetensors.torch import save_file
+from torch import nn
+
+from trainflow import plots, tracking
+from trainflow.data.preprocess import Preprocessor
+from trainflow.data.schema import Schema
+from trainflow.data.split import SPLITS
+from trainflow.engine.precision import resolve_device, resolve_precision
+from trainflow.engine.trainer import Split, Trainer
+from trainflow.errors import UserError
+from trainflow.io import atomic_dir, sha256_files, sha256_json, write_json
+from trainflow.models import build_model
+from trainflow.params import PipelineParams
+from trainflow.paths import Paths
+from trainflow.predict import CONFIG, PREPROCESS, WEIGHTS
+
+# Train params that do not change the result: a checkpoint written under other values may still be resumed.
+NOT_IN_FINGERPRINT = {"resume", "progress", "device"}
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def data_hash(paths: Paths) -> str:
+    return sha256_files([paths.split_schema, *(paths.split_file(s) for s in SPLITS)])
+
+
+def fingerprint(params: PipelineParams, data: str) -> str:
+    """What a checkpoint must match to be resumed: training params, model, seed and the data it was trained on."""
+    train = params.train.model_dump(exclude=NOT_IN_FINGERPRINT)
+    return sha256_json({"seed": params.seed, "model": params.model.model_dump(), "train": train, "data": data})
+
+
+def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
+    for s in SPLITS:
+        if not paths.split_file(s).is_file():
+            raise UserError(f"train: {paths.split_file(s)} is missing; run `trainflow stage split` first")
+    schema = Schema.read(paths.split_schema)
+    frames = {s: pd.read_parquet(paths.split_file(s)) for s in ("train", "val")}
+    pre = Preprocessor.fit(frames["train"], schema)
+    train, val = (
+        Split(torch.from_numpy(pre.features_array(f, s)), torch.from_numpy(pre.labels_array(f, s)))
+        for s, f in frames.items()
+    )
+    device = resolve_device(params.train.device)
+    precision = resolve_precision(params.train.precision, device)
+    seed_everything(params.seed)
+    config = {"name": params.model.name, "in_features": len(schema.features), "out_features": len(schema.classes),
+              "hidden_sizes": params.model.hidden_sizes, "dropout": params.model.dropout}
+    model = build_model(config)
+    dhash = data_hash(paths)
+
+    tracking.configure(paths.root)
+    import mlflow
+
+    experiment_id = tracking.ensure_experiment(params.tracking.experiment, paths.root)
+    with mlflow.start_run(experiment_id=experiment_id) as run:
+        mlflow.log_params(tracking.flatten(params.model_dump()))
+        mlflow.set_tags({"trainflow.data_sha256": dhash, "trainflow.precision": precision.name})
+        logger = tracking.MLflowLogger(run.info.run_id, fallback=paths.reports / "train_metrics_local.json")
+        trainer = Trainer(
+            model, params.train, seed=params.seed, device=device, precision=precision,
+            loss_fn=nn.CrossEntropyLoss(reduction="none"), checkpoint_dir=paths.checkpoints,
+            fingerprint=fingerprint(params, dhash), logger=logger,
+        )
+        try:
+            state = trainer.fit(train, val)
+        finally:
+            logger.close()
+        summary = {"epochs": state.epoch, "updates": state.updates, "skipped_updates": state.skipped,
+                   "best_epoch": state.best_epoch, "best_val_loss": state.best_val_loss,
+                   "stopped_early": state.stopped_early, "precision": precision.name, "device": device.type,
+                   "data_sha256": dhash}
+        export(model, config, pre, summary, paths.final)
+        history = pd.DataFrame(state.history)
+        plots.write_csv(history, paths.plots / "history.csv")
+        plots.training_curves(history, paths.plots / "training_curves.png")
+        mlflow.log_metrics({"best_val_loss": state.best_val_loss, "best_epoch": state.best_epoch})
+        mlflow.log_artifact(str(paths.plots / "training_curves.png"), "plots")
+        model_info = log_model(paths.final)
+        info = {"run_id": run.info.run_id, "experiment_id": experiment_id, "model_uri": model_info,
+                "tracking_uri": tracking.tracking_uri(paths.root)}
+    write_json(paths.train_run, info)
+    return {**summary, "mlflow_run_id": info["run_id"]}
+
+
+def export(model: nn.Module, config: dict[str, Any], pre: Preprocessor, summary: dict[str, Any], dest: Path) -> None:
+    """models/final: weights as safetensors, model config and preprocessing as JSON. Nothing here is pickled."""
+    with atomic_dir(dest) as tmp:
+        save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(tmp / WEIGHTS))
+        write_json(tmp / CONFIG, config)
+        pre.save(tmp / PREPROCESS)
+        write_json(tmp / "training.json", summary)
+
+
+def log_model(final: Path) -> str:
+    """Log the exported model as an MLflow pyfunc (models-from-code): loading it never unpickles anything."""
+    import mlflow
+
+    import trainflow
+
+    package = Path(trainflow.__file__).parent
+    info = mlflow.pyfunc.log_model(
+        name="model",
+        python_model=str(package / "serving.py"),
+        artifacts={"model_dir": str(final)},
+        code_paths=[str(package)],
+        # Listing requirements skips MLflow's ~9 s inference of them.
+        pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", "safetensors", "pandas", "numpy"],
+    )
+    return str(info.model_uri)
