@@ -18,13 +18,19 @@ ENV_DEFAULTS = {
     "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90",
     "PREFECT_LOGGING_LEVEL": "WARNING",
     "MLFLOW_DISABLE_TELEMETRY": "true",
+    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
     "DO_NOT_TRACK": "1",
 }
 
 
 def _overrides(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "-S", "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        "-S",
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
         help="override a parameter, YAML value, as `dvc exp run -S` (e.g. -S train.lr=3e-4 -S data.exclude=[a,b])",
     )
 
@@ -85,7 +91,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         result = run_stage(args.name, load_params(paths.params), paths)
         print(json.dumps({args.name: result}, indent=2, default=str))
         return 0
-    from flows.training_pipeline import training_pipeline, summary
+    from flows.training_pipeline import summary, training_pipeline
 
     results = training_pipeline(root=str(paths.root))
     print(summary(paths, results))

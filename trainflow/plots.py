@@ -49,10 +49,24 @@ def confusion_matrix(actual: np.ndarray, predicted: np.ndarray, classes: list[st
     for i in range(k):
         for j in range(k):
             if counts[i, j]:
-                ax.text(j, i, str(counts[i, j]), ha="center", va="center", fontsize=8,
-                        color="white" if counts[i, j] > counts.max() / 2 else "black")
-    ax.set(xticks=range(k), yticks=range(k), xticklabels=classes, yticklabels=classes,
-           xlabel="predicted", ylabel="actual", title="Confusion matrix (test)")
+                ax.text(
+                    j,
+                    i,
+                    str(counts[i, j]),
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white" if counts[i, j] > counts.max() / 2 else "black",
+                )
+    ax.set(
+        xticks=range(k),
+        yticks=range(k),
+        xticklabels=classes,
+        yticklabels=classes,
+        xlabel="predicted",
+        ylabel="actual",
+        title="Confusion matrix (test)",
+    )
     fig.tight_layout()
     with atomic_path(png) as tmp:
         fig.savefig(tmp, format="png", dpi=100, metadata={"Software": None})

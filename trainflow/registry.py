@@ -17,17 +17,13 @@ def beats(new: float, old: float | None, metric: str, min_delta: float) -> bool:
 
 
 def register(model_uri: str, params: RegisterParams, metrics: dict[str, float], tags: dict[str, str]) -> dict[str, Any]:
-    """Create a version of `params.model_name` from `model_uri`; move `champion` to it only if it beats the current one."""
+    """Create a version of `params.model_name` from `model_uri`; move `champion` to it only if it beats the champion."""
     import mlflow
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient()
     name = params.model_name
-    try:
-        client.get_registered_model(name)
-    except MlflowException:
-        client.create_registered_model(name, description="Registered by trainflow's register stage.")
     all_tags = {**tags, **{f"metric.{k}": repr(float(v)) for k, v in metrics.items()}}
     version = mlflow.register_model(model_uri, name, tags=all_tags).version
 

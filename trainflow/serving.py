@@ -8,14 +8,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import mlflow.pyfunc
 import pandas as pd
 from mlflow.models import set_model
+from mlflow.pyfunc import PythonModel
 
 from trainflow.predict import ExportedModel
 
 
-class TrainflowModel(mlflow.pyfunc.PythonModel):
+class TrainflowModel(PythonModel):
     def load_context(self, context: Any) -> None:
         self.exported = ExportedModel.load(Path(context.artifacts["model_dir"]))
 

@@ -28,7 +28,9 @@ class Schema:
         return cls(**read_json(path))
 
 
-def infer_schema(frame: pd.DataFrame, source: str, target: str, features: list[str] | None, exclude: list[str]) -> Schema:
+def infer_schema(
+    frame: pd.DataFrame, source: str, target: str, features: list[str] | None, exclude: list[str]
+) -> Schema:
     """Check the columns against the params and decide features and classes. Raises DataError naming the column."""
     where = f"data.source {source!r}"
     if frame.empty:
@@ -62,5 +64,6 @@ def infer_schema(frame: pd.DataFrame, source: str, target: str, features: list[s
     classes = sorted(str(v) for v in labels.astype(str).unique())
     if len(classes) < 2:
         raise DataError(f"{where}: target column {target!r} has a single class {classes}; nothing to learn")
-    return Schema(source=source, target=target, features=chosen, task="classification", classes=classes,
-                  n_rows=len(frame))
+    return Schema(
+        source=source, target=target, features=chosen, task="classification", classes=classes, n_rows=len(frame)
+    )

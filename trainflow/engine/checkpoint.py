@@ -97,10 +97,10 @@ def capture_rng() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         for i, s in enumerate(torch.cuda.get_rng_state_all()):
             tensors[f"cuda{i}"] = s
     py_version, py_state, py_gauss = random.getstate()
-    np_state = np.random.get_state()
+    name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)  # type: ignore[misc]
     meta = {
         "python": [py_version, list(py_state), py_gauss],
-        "numpy": [np_state[0], np_state[1].tolist(), *[v for v in np_state[2:]]],  # type: ignore[misc]
+        "numpy": [name, np.asarray(keys).tolist(), int(pos), int(has_gauss), float(cached)],
     }
     return tensors, meta
 

@@ -40,8 +40,13 @@ def resolve_precision(requested: str, device: torch.device) -> Precision:
     if requested == "fp16" and device.type != "cuda":
         raise ParamsError(
             "params.yaml",
-            [("train.precision", f"fp16 with a GradScaler needs a CUDA GPU, but training runs on {device.type}; "
-              "use bf16 (autocast works on CPU) or fp32")],
+            [
+                (
+                    "train.precision",
+                    f"fp16 with a GradScaler needs a CUDA GPU, but training runs on {device.type}; "
+                    "use bf16 (autocast works on CPU) or fp32",
+                )
+            ],
         )
     if requested == "auto":
         bf16_ok = device.type == "cuda" and torch.cuda.is_bf16_supported()

@@ -6,7 +6,7 @@ import math
 
 
 def warmup_cosine(update: int, total: int, warmup: int, peak: float, floor: float) -> float:
-    """LR for optimizer update number `update` (0-based): linear warmup to `peak`, cosine decay to `floor` at `total`."""
+    """LR of optimizer update `update` (0-based): linear warmup to `peak`, then cosine decay to `floor` at `total`."""
     if update < warmup:
         return peak * (update + 1) / warmup
     progress = min(1.0, (update - warmup) / max(1, total - warmup))

@@ -168,8 +168,13 @@ class Trainer:
         from tqdm.auto import tqdm
 
         bar = tqdm(
-            total=self.total_updates, initial=self.state.epoch * updates_per_epoch, unit="upd", desc="train",
-            disable=not self.p.progress, file=sys.stderr, dynamic_ncols=True,
+            total=self.total_updates,
+            initial=self.state.epoch * updates_per_epoch,
+            unit="upd",
+            desc="train",
+            disable=not self.p.progress,
+            file=sys.stderr,
+            dynamic_ncols=True,
         )
         try:
             while self.state.epoch < self.p.epochs and not self.state.stopped_early:
@@ -184,7 +189,9 @@ class Trainer:
                 record["lr"] = self.lr_at(self.state.updates)
                 self._end_epoch(record)
                 bar.set_postfix(
-                    epoch=self.state.epoch, val_loss=f"{record['val_loss']:.4f}", val_acc=f"{record['val_accuracy']:.4f}"
+                    epoch=self.state.epoch,
+                    val_loss=f"{record['val_loss']:.4f}",
+                    val_acc=f"{record['val_accuracy']:.4f}",
                 )
         finally:
             bar.close()

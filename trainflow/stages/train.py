@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -59,8 +60,13 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
     device = resolve_device(params.train.device)
     precision = resolve_precision(params.train.precision, device)
     seed_everything(params.seed)
-    config = {"name": params.model.name, "in_features": len(schema.features), "out_features": len(schema.classes),
-              "hidden_sizes": params.model.hidden_sizes, "dropout": params.model.dropout}
+    config = {
+        "name": params.model.name,
+        "in_features": len(schema.features),
+        "out_features": len(schema.classes),
+        "hidden_sizes": params.model.hidden_sizes,
+        "dropout": params.model.dropout,
+    }
     model = build_model(config)
     dhash = data_hash(paths)
 
@@ -73,27 +79,44 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
         mlflow.set_tags({"trainflow.data_sha256": dhash, "trainflow.precision": precision.name})
         logger = tracking.MLflowLogger(run.info.run_id, fallback=paths.reports / "train_metrics_local.json")
         trainer = Trainer(
-            model, params.train, seed=params.seed, device=device, precision=precision,
-            loss_fn=nn.CrossEntropyLoss(reduction="none"), checkpoint_dir=paths.checkpoints,
-            fingerprint=fingerprint(params, dhash), logger=logger,
+            model,
+            params.train,
+            seed=params.seed,
+            device=device,
+            precision=precision,
+            loss_fn=nn.CrossEntropyLoss(reduction="none"),
+            checkpoint_dir=paths.checkpoints,
+            fingerprint=fingerprint(params, dhash),
+            logger=logger,
         )
         try:
             state = trainer.fit(train, val)
         finally:
             logger.close()
-        summary = {"epochs": state.epoch, "updates": state.updates, "skipped_updates": state.skipped,
-                   "best_epoch": state.best_epoch, "best_val_loss": state.best_val_loss,
-                   "stopped_early": state.stopped_early, "precision": precision.name, "device": device.type,
-                   "data_sha256": dhash}
+        summary = {
+            "epochs": state.epoch,
+            "updates": state.updates,
+            "skipped_updates": state.skipped,
+            "best_epoch": state.best_epoch,
+            "best_val_loss": state.best_val_loss,
+            "stopped_early": state.stopped_early,
+            "precision": precision.name,
+            "device": device.type,
+            "data_sha256": dhash,
+        }
         export(model, config, pre, summary, paths.final)
         history = pd.DataFrame(state.history)
         plots.write_csv(history, paths.plots / "history.csv")
         plots.training_curves(history, paths.plots / "training_curves.png")
         mlflow.log_metrics({"best_val_loss": state.best_val_loss, "best_epoch": state.best_epoch})
         mlflow.log_artifact(str(paths.plots / "training_curves.png"), "plots")
-        model_info = log_model(paths.final)
-        info = {"run_id": run.info.run_id, "experiment_id": experiment_id, "model_uri": model_info,
-                "tracking_uri": tracking.tracking_uri(paths.root)}
+        model_info = log_model(paths.final, frames["val"].head(5))
+        info = {
+            "run_id": run.info.run_id,
+            "experiment_id": experiment_id,
+            "model_uri": model_info,
+            "tracking_uri": tracking.tracking_uri(paths.root),
+        }
     write_json(paths.train_run, info)
     return {**summary, "mlflow_run_id": info["run_id"]}
 
@@ -107,19 +130,28 @@ def export(model: nn.Module, config: dict[str, Any], pre: Preprocessor, summary:
         write_json(tmp / "training.json", summary)
 
 
-def log_model(final: Path) -> str:
+def log_model(final: Path, example: pd.DataFrame) -> str:
     """Log the exported model as an MLflow pyfunc (models-from-code): loading it never unpickles anything."""
     import mlflow
+    from mlflow.models import infer_signature
 
     import trainflow
+    from trainflow.predict import ExportedModel
+
+    exported = ExportedModel.load(final)
+    inputs = example[exported.pre.features]
 
     package = Path(trainflow.__file__).parent
-    info = mlflow.pyfunc.log_model(
-        name="model",
-        python_model=str(package / "serving.py"),
-        artifacts={"model_dir": str(final)},
-        code_paths=[str(package)],
-        # Listing requirements skips MLflow's ~9 s inference of them.
-        pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", "safetensors", "pandas", "numpy"],
-    )
+    with warnings.catch_warnings():
+        # The signature is given; an input example would only make MLflow load and run the model once more.
+        warnings.filterwarnings("ignore", message="An input example was not provided")
+        info = mlflow.pyfunc.log_model(
+            name="model",
+            python_model=str(package / "serving.py"),
+            artifacts={"model_dir": str(final)},
+            code_paths=[str(package)],
+            signature=infer_signature(inputs, exported.predict_frame(inputs)),
+            # Listing requirements skips MLflow's ~9 s inference of them.
+            pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", "safetensors", "pandas", "numpy"],
+        )
     return str(info.model_uri)

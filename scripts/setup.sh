@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Create .venv (if missing) and install trainflow into it. Usage: bash scripts/setup.sh [--dev]
+#
+# PyTorch is chosen here, before the package, so that pip never pulls a build you did not want:
+#   - TORCH_SPEC set (e.g. "torch==2.5.1"): install exactly that, with TORCH_INDEX_URL as the index if set;
+#   - an NVIDIA GPU visible (nvidia-smi): the default CUDA build from the package index;
+#   - otherwise a CPU build: torch==2.13.0 from a local wheel directory if pip has one (--no-index, seconds),
+#     else from TORCH_INDEX_URL if set (e.g. PyTorch's CPU wheel index), else the default build.
+# An already installed torch is kept.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras=""
+[ "${1:-}" = "--dev" ] && extras="[dev]"
+python="${PYTHON:-python3}"
+[ -x .venv/bin/python ] || "$python" -m venv .venv
+pip=(.venv/bin/python -m pip install --disable-pip-version-check -q)
+index=()
+[ -n "${TORCH_INDEX_URL:-}" ] && index=(--index-url "$TORCH_INDEX_URL")
+
+if ! .venv/bin/python -c "import torch" 2>/dev/null; then
+  if [ -n "${TORCH_SPEC:-}" ]; then
+    "${pip[@]}" "${index[@]}" "$TORCH_SPEC"
+  elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    echo "setup: NVIDIA GPU found, installing the CUDA build of torch"
+    "${pip[@]}" torch
+  else
+    echo "setup: no GPU found, installing a CPU build of torch"
+    "${pip[@]}" --no-index torch==2.13.0 2>/dev/null || "${pip[@]}" "${index[@]}" torch
+  fi
+fi
+# Editable, so dvc.yaml's `trainflow stage ...` runs the code in this checkout.
+"${pip[@]}" -e ".${extras}" 2>&1 | grep -v "^WARNING: Location" || true
+.venv/bin/python -c "import trainflow, torch; print(f'setup: trainflow {trainflow.__version__}, torch {torch.__version__} ready in .venv')"

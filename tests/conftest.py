@@ -1,0 +1,96 @@
+"""Test isolation: every test gets its own MLflow store and project dir; Prefect never touches the home directory.
+
+PREFECT_HOME and Prefect's settings are read when prefect is imported, so they are set here, at collection time.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+_PREFECT_HOME = tempfile.mkdtemp(prefix="trainflow-prefect-")
+os.environ.update(
+    {
+        "PREFECT_HOME": _PREFECT_HOME,
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_LOGGING_LEVEL": "WARNING",
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90",
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+        "DO_NOT_TRACK": "1",
+    }
+)
+os.environ.pop("PREFECT_API_URL", None)
+# dvc.yaml runs `trainflow stage ...` through the shell: make this interpreter's scripts reachable.
+os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_tracking(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.delenv("TRAINFLOW_ROOT", raising=False)
+
+
+# Files a project needs for DVC to run the pipeline: its definition, params, and the library code stages depend on.
+PROJECT_FILES = ("dvc.yaml", "params.yaml", ".dvcignore", ".dvc/config", ".dvc/.gitignore", "data/raw", "trainflow")
+
+
+def make_project(dest: Path, params: dict[str, object] | None = None) -> Path:
+    """A fresh git + DVC project in `dest` holding this repo's pipeline, optionally with params overrides."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for rel in PROJECT_FILES:
+        src = REPO / rel
+        if src.is_dir():
+            shutil.copytree(src, dest / rel, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+    if params:
+        from trainflow.params import write_overrides
+
+        write_overrides(dest / "params.yaml", [f"{k}={v}" for k, v in params.items()])
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], cwd=dest, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=dest, check=True)
+    subprocess.run([*git, "commit", "-qm", "init"], cwd=dest, check=True)
+    return dest
+
+
+FAST = {"train.epochs": 4, "train.progress": "false", "train.batch_size": 16}
+
+
+@pytest.fixture
+def iris_project(tmp_path: Path) -> Path:
+    """The repo's pipeline on the built-in iris data (150 rows), trained briefly."""
+    return make_project(tmp_path / "proj", {"data.source": "builtin:iris", "register.model_name": "iris", **FAST})
+
+
+def blobs(n: int = 240, classes: int = 3, features: int = 4, seed: int = 0) -> pd.DataFrame:
+    """Well separated Gaussian blobs: any working classifier scores near 1.0 on them."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, classes, n)
+    centers = rng.normal(0, 6, (classes, features))
+    x = centers[y] + rng.normal(0, 1, (n, features))
+    frame = pd.DataFrame(x, columns=[f"f{i}" for i in range(features)])
+    frame["label"] = np.array(["a", "b", "c", "d", "e"])[y]
+    return frame
+
+
+@pytest.fixture
+def csv_project(tmp_path: Path) -> Iterator[Path]:
+    root = make_project(
+        tmp_path / "proj",
+        {"data.source": "data/raw/blobs.csv", "data.target": "label", "register.model_name": "blobs", **FAST},
+    )
+    blobs().to_csv(root / "data/raw/blobs.csv", index=False)
+    yield root

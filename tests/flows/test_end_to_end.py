@@ -1,0 +1,73 @@
+"""The whole pipeline through each driver on built-in iris: the Prefect flow and `dvc repro` agree with DVC."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from trainflow.io import read_json
+from trainflow.params import write_overrides
+from trainflow.paths import Paths
+
+pytestmark = pytest.mark.slow
+
+
+def dvc_status(root: Path) -> dict[str, object]:
+    from dvc.repo import Repo
+
+    with Repo(str(root)) as repo:
+        return dict(repo.status())
+
+
+def dvc(root: Path, *args: str) -> str:
+    proc = subprocess.run(["dvc", *args], cwd=root, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def prefect_server() -> Iterator[None]:
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=90):
+        yield
+
+
+def test_flow_runs_only_what_changed_and_keeps_dvc_true(iris_project: Path, prefect_server: None) -> None:
+    from flows.training_pipeline import training_pipeline
+
+    first = training_pipeline(root=str(iris_project))
+    assert all(not r.get("skipped") for r in first.values())
+    assert dvc_status(iris_project) == {}
+    paths = Paths(iris_project)
+    assert read_json(paths.metrics)["accuracy"] > 0.6
+    reg1 = read_json(paths.registration)
+    assert reg1["champion"] is True
+
+    again = training_pipeline(root=str(iris_project))
+    assert all(r.get("skipped") for r in again.values())  # unchanged pipeline: nothing recomputed
+
+    write_overrides(paths.params, ["train.lr=0.0005"])
+    third = training_pipeline(root=str(iris_project))
+    ran = [name for name, r in third.items() if not r.get("skipped")]
+    assert ran == ["train", "evaluate", "register"]
+    assert dvc_status(iris_project) == {}
+    assert "Running stage" not in dvc(iris_project, "repro")
+
+    from mlflow.tracking import MlflowClient
+
+    reg2 = read_json(paths.registration)
+    best = max((reg1, reg2), key=lambda r: (r["value"], -r["version"]))  # ties keep the older champion
+    assert int(MlflowClient().get_model_version_by_alias("iris", "champion").version) == best["version"]
+
+
+def test_dvc_repro_then_noop(iris_project: Path) -> None:
+    out = dvc(iris_project, "repro")
+    for stage in ("ingest", "split", "train", "evaluate", "register"):
+        assert f"Running stage '{stage}'" in out
+    assert dvc_status(iris_project) == {}
+    assert "Running stage" not in dvc(iris_project, "repro")
+    assert read_json(Paths(iris_project).registration)["version"] == 1
