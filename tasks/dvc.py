@@ -14,17 +14,25 @@ from pathlib import Path
 logging.getLogger("dvc").setLevel(logging.WARNING)  # DVC's per-stage INFO lines would repeat the flow's own
 
 
-def changed(root: Path, stage: str) -> bool:
-    """True when DVC sees a changed dep, param or out of `stage` (or no record of it yet)."""
+def _repo(root: Path):  # type: ignore[no-untyped-def]
+    from dvc.exceptions import NotDvcRepoError
     from dvc.repo import Repo
 
-    with contextlib.chdir(root), Repo(str(root)) as repo:
+    from trainflow.errors import UserError
+
+    try:
+        return Repo(str(root))
+    except NotDvcRepoError:
+        raise UserError(f"{root} is not a DVC project (no .dvc/ directory); run `dvc init` there first") from None
+
+
+def changed(root: Path, stage: str) -> bool:
+    """True when DVC sees a changed dep, param or out of `stage` (or no record of it yet)."""
+    with contextlib.chdir(root), _repo(root) as repo:
         return bool(repo.status(targets=[stage]))
 
 
 def commit(root: Path, stage: str) -> None:
     """Record the outputs the stage just wrote in dvc.lock and the cache, as `dvc commit -f STAGE` does."""
-    from dvc.repo import Repo
-
-    with contextlib.chdir(root), Repo(str(root)) as repo:
+    with contextlib.chdir(root), _repo(root) as repo:
         repo.commit(stage, force=True)
