@@ -40,10 +40,19 @@ def data_hash(paths: Paths) -> str:
     return sha256_files([paths.split_schema, *(paths.split_file(s) for s in SPLITS)])
 
 
+def code_hash() -> str:
+    """Hash of the code that decides the trained weights: a fixed engine must retrain, not resume a finished run."""
+    package = Path(__file__).resolve().parents[1]
+    files = sorted([*(package / "engine").glob("*.py"), *(package / "models").glob("*.py")])
+    return sha256_files([*files, package / "data" / "preprocess.py", Path(__file__).resolve()])
+
+
 def fingerprint(params: PipelineParams, data: str) -> str:
-    """What a checkpoint must match to be resumed: training params, model, seed and the data it was trained on."""
+    """What a checkpoint must match to be resumed: training params, model, seed, data and training code."""
     train = params.train.model_dump(exclude=NOT_IN_FINGERPRINT)
-    return sha256_json({"seed": params.seed, "model": params.model.model_dump(), "train": train, "data": data})
+    return sha256_json(
+        {"seed": params.seed, "model": params.model.model_dump(), "train": train, "data": data, "code": code_hash()}
+    )
 
 
 def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
