@@ -153,7 +153,7 @@ def log_model(final: Path, example: pd.DataFrame) -> str:
     package = Path(trainflow.__file__).parent
     with warnings.catch_warnings():
         # The signature is given; an input example would only make MLflow load and run the model once more.
-        warnings.filterwarnings("ignore", message="An input example was not provided")
+        warnings.filterwarnings("ignore", message=".*An input example was not provided")  # text is ANSI-coloured
         info = mlflow.pyfunc.log_model(
             name="model",
             python_model=str(package / "serving.py"),
