@@ -33,10 +33,6 @@ class Paths:
         return self.root / PARAMS_FILE
 
     @property
-    def raw(self) -> Path:
-        return self.root / "data" / "raw"
-
-    @property
     def processed(self) -> Path:
         return self.root / "data" / "processed"
 
@@ -87,11 +83,3 @@ class Paths:
     @property
     def registration(self) -> Path:
         return self.reports / "registration.json"
-
-    @property
-    def mlflow_db(self) -> Path:
-        return self.root / "mlflow.db"
-
-    @property
-    def mlflow_artifacts(self) -> Path:
-        return self.root / "mlartifacts"
