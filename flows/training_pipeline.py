@@ -7,6 +7,7 @@ a flow run, and a later flow run over an unchanged pipeline recomputes nothing.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,15 @@ STAGE_TASKS = (ingest, split, train, evaluate, register)
 
 
 @flow(name="training_pipeline")
-def training_pipeline(root: str = ".") -> dict[str, Any]:
-    """Run ingest → split → train → evaluate → register in the project at `root`; returns each stage's summary."""
+def training_pipeline(root: str = ".", caller_reports_errors: bool = False) -> dict[str, Any]:
+    """Run ingest → split → train → evaluate → register in the project at `root`; returns each stage's summary.
+
+    `caller_reports_errors`: the caller (the CLI) prints a failing stage's error itself, in one paragraph, so Prefect's
+    own traceback of the same exception is silenced. Set here because Prefect configures its loggers at flow start.
+    """
+    if caller_reports_errors:
+        for name in ("prefect.task_runs", "prefect.flow_runs"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
     logger = get_run_logger()
     project = Path(root).resolve()
     results: dict[str, Any] = {}

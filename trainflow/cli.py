@@ -93,7 +93,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 0
     from flows.training_pipeline import summary, training_pipeline
 
-    results = training_pipeline(root=str(paths.root))
+    results = training_pipeline(root=str(paths.root), caller_reports_errors=True)
     print(summary(paths, results))
     return 0
 

@@ -71,3 +71,16 @@ def test_dvc_repro_then_noop(iris_project: Path) -> None:
     assert dvc_status(iris_project) == {}
     assert "Running stage" not in dvc(iris_project, "repro")
     assert read_json(Paths(iris_project).registration)["version"] == 1
+
+
+def test_run_reports_a_data_error_in_one_paragraph(
+    iris_project: Path, prefect_server: None, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from trainflow import cli
+
+    monkeypatch.chdir(iris_project)
+    assert cli.main(["run", "-S", "data.source=data/raw/missing.csv"]) == 2
+    err = capfd.readouterr().err
+    assert "data/raw/missing.csv does not exist" in err
+    assert "Traceback" not in err
+    assert not (iris_project / "data/processed").exists()
