@@ -64,6 +64,8 @@ def summary(paths: Paths, results: dict[str, Any]) -> str:
     if paths.registration.is_file():
         reg = json.loads(paths.registration.read_text())
         champ = "now champion" if reg["champion"] else f"champion stays version {reg['champion_version']}"
+        if results.get("register", {}).get("skipped"):
+            champ = f"registered by an earlier run; {champ}"
         lines.append(f"  registry: {reg['model_uri']} ({champ}; {reg['gate_metric']}={reg['value']:.4f})")
         lines.append(f"  load it:  mlflow.pyfunc.load_model('models:/{reg['model_name']}@champion')")
     return "\n".join(lines)

@@ -11,8 +11,6 @@ import contextlib
 import logging
 from pathlib import Path
 
-logging.getLogger("dvc").setLevel(logging.WARNING)  # DVC's per-stage INFO lines would repeat the flow's own
-
 
 def _repo(root: Path):  # type: ignore[no-untyped-def]
     from dvc.exceptions import NotDvcRepoError
@@ -20,6 +18,8 @@ def _repo(root: Path):  # type: ignore[no-untyped-def]
 
     from trainflow.errors import UserError
 
+    # Importing dvc sets its logger to INFO; its per-stage "Updating lock file" lines would repeat the flow's own.
+    logging.getLogger("dvc").setLevel(logging.WARNING)
     try:
         return Repo(str(root))
     except NotDvcRepoError:
