@@ -6,6 +6,7 @@ contents, validates the result and raises ParamsError listing every problem with
 
 from __future__ import annotations
 
+import re
 import warnings
 from pathlib import Path
 from typing import Any, Literal
@@ -56,17 +57,37 @@ class SplitParams(Section):
         return self
 
 
+MODEL_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
 class ModelParams(Section):
-    name: Literal["mlp"] = Field("mlp", description="Built-in model: mlp (a multilayer perceptron for tables).")
-    hidden_sizes: list[int] = Field(
-        default_factory=lambda: [256, 128], min_length=1, description="Width of each hidden layer of the MLP."
+    name: str = Field(
+        "mlp",
+        description="mlp (a multilayer perceptron for tables), text_transformer (a Transformer encoder for text), "
+        "or a user model by import path package.module:Class, built with `kwargs`.",
     )
-    dropout: float = Field(0.1, ge=0, lt=1, description="Dropout probability after each hidden layer.")
+    hidden_sizes: list[int] = Field(
+        default_factory=lambda: [256, 128], min_length=1, description="mlp: width of each hidden layer."
+    )
+    dropout: float = Field(0.1, ge=0, lt=1, description="Dropout probability (mlp and text_transformer).")
+    d_model: int = Field(128, ge=8, description="text_transformer: width of token representations.")
+    n_heads: int = Field(4, ge=1, description="text_transformer: attention heads; must divide d_model.")
+    n_layers: int = Field(2, ge=1, description="text_transformer: encoder blocks.")
+    kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Extra keyword arguments for the model's constructor (user models; overrides for built-ins).",
+    )
 
     @model_validator(mode="after")
-    def _positive_widths(self) -> ModelParams:
+    def _valid(self) -> ModelParams:
+        if self.name not in ("mlp", "text_transformer") and not MODEL_PATH.match(self.name):
+            raise ValueError(
+                f"model.name must be mlp, text_transformer or an import path package.module:Class, got {self.name!r}"
+            )
         if any(h <= 0 for h in self.hidden_sizes):
             raise ValueError(f"model.hidden_sizes must all be positive, got {self.hidden_sizes}")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"model.n_heads ({self.n_heads}) must divide model.d_model ({self.d_model})")
         return self
 
 
@@ -76,32 +97,90 @@ class TrainParams(Section):
     accumulate: int = Field(
         1, ge=1, description="Micro-batches per optimizer update; an update sees batch_size * accumulate samples."
     )
-    lr: float = Field(2e-3, gt=0, le=10, description="Peak learning rate of AdamW, reached after the warmup.")
-    min_lr: float = Field(2e-5, ge=0, description="Floor of the cosine schedule (absolute learning rate).")
-    weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay (not applied to biases).")
+    optimizer: Literal["adamw", "sgd"] = Field(
+        "adamw", description="adamw, or sgd with momentum; weight decay never applies to biases and norm weights."
+    )
+    lr: float = Field(2e-3, gt=0, le=10, description="Peak learning rate, reached after the warmup.")
+    min_lr: float = Field(
+        2e-5,
+        ge=0,
+        description="Floor of the schedule (absolute learning rate): where cosine, linear and one_cycle end.",
+    )
+    momentum: float = Field(0.9, ge=0, lt=1, description="sgd: momentum.")
+    weight_decay: float = Field(0.01, ge=0, description="Decoupled weight decay (not applied to biases and norms).")
+    schedule: Literal["constant", "cosine", "linear", "one_cycle", "plateau"] = Field(
+        "cosine",
+        description="Learning rate over optimizer updates: constant, cosine or linear decay to min_lr after a linear "
+        "warmup; one_cycle (cosine up from lr/25 during the warmup, then down to min_lr); plateau (constant after "
+        "the warmup, times plateau_factor after plateau_patience evaluations without improvement of `monitor`).",
+    )
     warmup_fraction: float = Field(
         0.05, ge=0, lt=1, description="Fraction of all optimizer updates spent warming the learning rate up."
+    )
+    plateau_factor: float = Field(0.5, gt=0, lt=1, description="plateau: multiply the learning rate by this.")
+    plateau_patience: int = Field(
+        2, ge=1, description="plateau: evaluations without improvement before the learning rate is lowered."
     )
     precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(
         "auto",
         description="Numeric precision: fp32; bf16 autocast (CPU and CUDA); fp16 autocast with a GradScaler "
         "(CUDA only); auto = bf16 on GPUs that support it, else fp32.",
     )
+    tf32: bool = Field(False, description="CUDA: allow TF32 tensor cores for fp32 matmuls and convolutions.")
     max_grad_norm: float | None = Field(
         1.0, gt=0, description="Clip the global gradient norm to this value (after unscaling); null disables."
     )
-    patience: int = Field(
-        8, ge=1, description="Early stopping: stop after this many evaluations (one per epoch) without improvement."
-    )
-    min_delta: float = Field(0.0, ge=0, description="Early stopping: the least change in val_loss that counts.")
     max_nonfinite: int = Field(
         5, ge=1, description="Stop with an error after this many consecutive updates with a non-finite loss/gradient."
     )
-    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Where to train; auto = cuda if available.")
-    resume: Literal["auto", "never"] = Field(
+    eval_every: int | None = Field(
+        None, ge=1, description="Evaluate on the val split every this many optimizer updates; null = once per epoch."
+    )
+    monitor: Literal["val_loss", "val_accuracy", "val_rmse", "val_r2"] = Field(
+        "val_loss", description="Validation metric for early stopping, the best checkpoint and the plateau schedule."
+    )
+    mode: Literal["auto", "min", "max"] = Field(
+        "auto", description="Whether `monitor` should go down (min) or up (max); auto: min for loss/rmse, else max."
+    )
+    patience: int = Field(
+        8,
+        ge=1,
+        description="Early stopping: stop after this many evaluations (not epochs, unless eval_every is null) without "
+        "an improvement of `monitor` by more than min_delta.",
+    )
+    min_delta: float = Field(0.0, ge=0, description="Early stopping: the least change in `monitor` that counts.")
+    checkpoint_every: int | None = Field(
+        None, ge=1, description="Also checkpoint every this many optimizer updates (always at each epoch end)."
+    )
+    keep_last: int = Field(
+        2, ge=1, description="Periodic checkpoints to keep; the last and the best are never deleted."
+    )
+    resume: str = Field(
         "auto",
-        description="auto: resume from models/checkpoints when its training params and data hash match the "
-        "current ones, else start fresh; never: always start fresh.",
+        min_length=1,
+        description="auto: resume from the newest checkpoint in models/checkpoints if its training params, code "
+        "and data match the current ones, else start fresh; never: always start fresh; or the path of a "
+        "checkpoint directory to continue from (whatever params wrote it).",
+    )
+    log_every: int = Field(
+        50, ge=1, description="Read the loss from the device and log it every this many optimizer updates."
+    )
+    compile: bool = Field(False, description="torch.compile the model for training (the uncompiled model is saved).")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Where to train; auto = cuda if available.")
+    deterministic: bool = Field(
+        False, description="Deterministic kernels only (torch.use_deterministic_algorithms, cuDNN, cuBLAS workspace)."
+    )
+    max_steps: int | None = Field(None, ge=1, description="Stop after this many optimizer updates (smoke runs).")
+    limit_batches: int | None = Field(
+        None, ge=1, description="Smoke runs: at most this many updates per epoch and batches per evaluation."
+    )
+    overfit_batches: int | None = Field(
+        None,
+        ge=1,
+        description="Debug: train and validate on the same first N windows of samples; the loss should reach ~0.",
+    )
+    detect_anomaly: bool = Field(
+        False, description="Debug: autograd anomaly detection names the op that produced a NaN (slow)."
     )
     progress: bool = Field(True, description="Show a progress bar on stderr.")
 
@@ -110,6 +189,10 @@ class TrainParams(Section):
         if self.min_lr > self.lr:
             raise ValueError(f"train.min_lr ({self.min_lr:g}) is above train.lr ({self.lr:g}); lower min_lr")
         return self
+
+    @property
+    def minimize(self) -> bool:
+        return self.mode == "min" or (self.mode == "auto" and self.monitor in ("val_loss", "val_rmse"))
 
 
 class EvaluateParams(Section):

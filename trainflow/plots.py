@@ -31,8 +31,10 @@ def training_curves(history: pd.DataFrame, png: Path) -> None:
     ax_loss.plot(history["epoch"], history["val_loss"], label="val")
     ax_loss.set(xlabel="epoch", ylabel="loss (mean per sample)", title="Loss")
     ax_loss.legend()
-    ax_acc.plot(history["epoch"], history["val_accuracy"], color="tab:green")
-    ax_acc.set(xlabel="epoch", ylabel="accuracy", title="Validation accuracy")
+    metric = next(m for m in ("val_accuracy", "val_r2", "val_loss") if m in history)
+    name = metric.removeprefix("val_").replace("r2", "R²")
+    ax_acc.plot(history["epoch"], history[metric], color="tab:green")
+    ax_acc.set(xlabel="epoch", ylabel=name, title=f"Validation {name}")
     fig.tight_layout()
     with atomic_path(png) as tmp:
         fig.savefig(tmp, format="png", dpi=100, metadata={"Software": None})

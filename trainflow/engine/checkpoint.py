@@ -1,12 +1,19 @@
 """Crash-safe, pickle-free checkpoints: a directory of safetensors files plus meta.json.
 
-Written to a temp directory, fsynced, then renamed into place, so a reader sees either the old checkpoint or the new
-one, never half of one. Loading only parses safetensors and JSON; it never unpickles or executes anything.
+Each checkpoint is written to a temp directory, fsynced, then renamed to `step-<update>` — a name that did not exist,
+so the rename is atomic and a reader sees a whole checkpoint or none. Nothing is ever overwritten in place. "last" is
+the newest step directory; "best" is named by `best.json` and by the meta of every later checkpoint. Loading only
+parses safetensors and JSON; it never unpickles or executes anything.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import re
+import shutil
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,9 +24,11 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from trainflow.errors import UserError
-from trainflow.io import atomic_dir, read_json
+from trainflow.io import atomic_dir, read_json, write_json
 
 META = "meta.json"
+BEST = "best.json"
+STEP_DIR = re.compile(r"^step-(\d{9})$")
 ALLOWED_SUFFIXES = (".safetensors", ".json")
 
 
@@ -34,11 +43,11 @@ class Checkpoint:
 
 
 def save_checkpoint(dest: Path, tensors: dict[str, dict[str, torch.Tensor]], meta: dict[str, Any]) -> None:
-    import json
-
     with atomic_dir(dest) as tmp:
-        for group, flat in tensors.items():
+        for i, (group, flat) in enumerate(sorted(tensors.items())):
             save_file({k: v.detach().cpu().contiguous() for k, v in flat.items()}, str(tmp / f"{group}.safetensors"))
+            if i == 0:
+                failpoint("checkpoint_write")
         meta = {**meta, "tensor_groups": sorted(tensors)}
         (tmp / META).write_text(json.dumps(meta, indent=1, sort_keys=True))
 
@@ -63,6 +72,78 @@ def load_checkpoint(path: Path) -> Checkpoint:
     return Checkpoint(tensors, meta)
 
 
+class CheckpointStore:
+    """The checkpoints of one training run: `step-<update>` directories, `best.json`, keep-last-k retention."""
+
+    def __init__(self, root: Path, keep_last: int) -> None:
+        self.root = root
+        self.keep_last = keep_last
+
+    def steps(self) -> list[Path]:
+        """Complete checkpoints, oldest first. A half-written one is still a hidden temp dir and is not listed."""
+        if not self.root.is_dir():
+            return []
+        found = [p for p in self.root.iterdir() if p.is_dir() and STEP_DIR.match(p.name)]
+        return sorted(found, key=lambda p: p.name)
+
+    def latest(self) -> Path | None:
+        steps = self.steps()
+        return steps[-1] if steps else None
+
+    def best(self) -> Path | None:
+        if not (self.root / BEST).is_file():
+            return None
+        path = self.root / str(read_json(self.root / BEST)["step"])
+        return path if path.is_dir() else None
+
+    def path(self, update: int) -> Path:
+        return self.root / f"step-{update:09d}"
+
+    def save(self, update: int, tensors: dict[str, dict[str, torch.Tensor]], meta: dict[str, Any]) -> Path:
+        """Write checkpoint `update`; then point best.json at meta["best_step"] and drop old periodic checkpoints."""
+        dest = self.path(update)
+        save_checkpoint(dest, tensors, meta)
+        if meta.get("best_step"):
+            write_json(self.root / BEST, {"step": meta["best_step"]})
+        self.prune(keep={dest.name, str(meta.get("best_step"))})
+        return dest
+
+    def prune(self, keep: set[str]) -> None:
+        """Keep the newest `keep_last` checkpoints and those named in `keep` (last and best); delete the rest."""
+        steps = self.steps()
+        keep = keep | {p.name for p in steps[-self.keep_last :]}
+        for p in steps:
+            if p.name not in keep:
+                shutil.rmtree(p, ignore_errors=True)
+
+    def remove_partial(self) -> None:
+        """Delete temp files and dirs that a killed write left behind (hidden, so never mistaken for checkpoints)."""
+        if self.root.is_dir():
+            for p in self.root.glob(".*.tmp"):
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
+
+    def clear(self) -> int:
+        """Remove every checkpoint and leftover temp dir (a fresh start); returns how many checkpoints there were."""
+        n = len(self.steps())
+        if self.root.is_dir():
+            for p in self.root.iterdir():
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
+        return n
+
+
+def failpoint(name: str) -> None:
+    """Fault injection for the crash tests: TRAINFLOW_FAILPOINT=<name>:<n> SIGKILLs this process on the n-th hit."""
+    spec = os.environ.get("TRAINFLOW_FAILPOINT")
+    if not spec or not spec.startswith(name + ":"):
+        return
+    _hits[name] = _hits.get(name, 0) + 1
+    if _hits[name] == int(spec.rsplit(":", 1)[1]):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+_hits: dict[str, int] = {}
+
+
 # --- optimizer state <-> (flat tensors, JSON) --------------------------------------------------------------------
 
 
@@ -75,7 +156,9 @@ def flatten_optimizer(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], d
                 tensors[f"{pid}/{key}"] = value
             else:
                 scalars.setdefault(str(pid), {})[key] = value
-    return tensors, {"param_groups": state["param_groups"], "scalars": scalars}
+    # A tensor learning rate (the trainer's device-side schedule) is stored as its value.
+    groups = [{k: v.item() if torch.is_tensor(v) else v for k, v in g.items()} for g in state["param_groups"]]
+    return tensors, {"param_groups": groups, "scalars": scalars}
 
 
 def unflatten_optimizer(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> dict[str, Any]:

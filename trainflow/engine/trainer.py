@@ -1,37 +1,47 @@
-"""The trainer: `fit()` runs epochs of optimizer updates; `train_step()` is one whole update, top to bottom.
+"""The trainer: `fit()` runs the loop; `train_step()` is one whole optimizer update, top to bottom.
 
 Units: an *update* is one optimizer step over a *window* of up to `batch_size * accumulate` samples, split into
-micro-batches of `batch_size`. The loss of an update is the sum of per-sample losses over the window divided once by
-the number of samples in that window, so a smaller last window is weighted exactly like a full one and micro-batch
-B x accumulate 1 computes the same gradient as micro-batch B/4 x accumulate 4.
+micro-batches of `batch_size`. The loss of an update is the sum of per-sample (or per-token) losses over the window
+divided once by the number of loss terms in that window, so a smaller last window, or a window of padded sequences,
+is weighted exactly like any other and micro-batch B x accumulate 1 computes the same gradient as B/4 x accumulate 4.
+
+The hot loop never waits for the device. Skipping a non-finite update, advancing the learning-rate schedule and
+counting skips all happen on the device: the fused optimizer takes a `found_inf` flag, and the schedule is a table
+indexed by a device counter of applied updates. The host reads the device only every `log_every` updates, at
+evaluations and at checkpoints.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import nn
 
 from trainflow.engine.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    CheckpointStore,
     capture_rng,
+    failpoint,
     flatten_optimizer,
     load_checkpoint,
     restore_rng,
-    save_checkpoint,
     unflatten_optimizer,
 )
-from trainflow.engine.precision import Precision
-from trainflow.engine.schedule import warmup_cosine
-from trainflow.errors import UserError
+from trainflow.engine.data import Batch, Dataset, epoch_order
+from trainflow.engine.objective import Objective
+from trainflow.engine.precision import Precision, configure_backends
+from trainflow.engine.schedule import Plateau, lr_table
+from trainflow.errors import ParamsError, UserError
 from trainflow.params import TrainParams
-
-LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (outputs, targets) -> per-sample losses
 
 
 class Logger(Protocol):
@@ -53,31 +63,50 @@ class NonFiniteError(UserError):
 
 @dataclass
 class TrainState:
-    """Progress counters; everything here goes into meta.json of each checkpoint."""
+    """Host-side progress; all of it goes into meta.json of each checkpoint."""
 
     epoch: int = 0  # epochs completed
-    updates: int = 0  # optimizer updates applied (the schedule's clock)
-    skipped: int = 0  # updates skipped for a non-finite loss/gradient, in total
-    best_val_loss: float = math.inf
-    best_epoch: int = -1
+    position: int = 0  # windows done in the current epoch: the data position, in index space
+    updates: int = 0  # windows stepped through (applied + skipped): the loop's clock
+    applied: int = 0  # optimizer updates applied (the schedule's clock; read from the device at sync points)
+    samples: int = 0
+    tokens: int = 0
+    loss_terms: int = 0  # samples or target tokens the train loss was summed over
+    best_metric: float | None = None
+    best_update: int = -1
     bad_evals: int = 0  # evaluations since the last improvement (early stopping patience is counted in these)
+    last_eval_update: int = -1
+    checkpoint_update: int = -1
     stopped_early: bool = False
     history: list[dict[str, float]] = field(default_factory=list)
+    # Host snapshots of the device loss sum, for per-interval means.
+    loss_at_log: float = 0.0
+    terms_at_log: int = 0
+    loss_at_eval: float = 0.0
+    terms_at_eval: int = 0
 
 
-@dataclass
-class Split:
-    x: torch.Tensor
-    y: torch.Tensor
-
-    def __len__(self) -> int:
-        return len(self.y)
+@dataclass(frozen=True)
+class Plan:
+    window: int  # samples per update
+    per_epoch: int  # updates per epoch
+    total: int  # updates in the whole run
 
 
-def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
-    """Sample order for one epoch: a function of (seed, epoch) only, never of batch size or accumulation."""
-    g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-    return torch.randperm(n, generator=g)
+def build_optimizer(model: nn.Module, p: TrainParams, lr: torch.Tensor) -> torch.optim.Optimizer:
+    """AdamW or SGD with momentum, fused, with a tensor learning rate; no weight decay on biases and norm weights."""
+    params = [q for q in model.parameters() if q.requires_grad]
+    decay = [q for q in params if q.ndim >= 2]
+    no_decay = [q for q in params if q.ndim < 2]
+    groups = [
+        g
+        for g in ({"params": decay, "weight_decay": p.weight_decay}, {"params": no_decay, "weight_decay": 0.0})
+        if g["params"]
+    ]
+    # fused=True: one kernel for all parameters, and it accepts `found_inf` to skip an update without a host sync.
+    if p.optimizer == "sgd":
+        return torch.optim.SGD(groups, lr=lr, momentum=p.momentum, fused=True)
+    return torch.optim.AdamW(groups, lr=lr, fused=True)
 
 
 class Trainer:
@@ -89,178 +118,383 @@ class Trainer:
         seed: int,
         device: torch.device,
         precision: Precision,
-        loss_fn: LossFn,
+        objective: Objective,
         checkpoint_dir: Path,
         fingerprint: str,
         logger: Logger | None = None,
+        flops_per_batch: Callable[[Batch], float] | None = None,
+        peak_flops: float | None = None,
     ) -> None:
-        self.model = model.to(device)
+        configure_backends(params, device)
         self.p = params
         self.seed = seed
         self.device = device
         self.precision = precision
-        self.loss_fn = loss_fn
-        self.checkpoint_dir = checkpoint_dir
+        self.objective = objective
         self.fingerprint = fingerprint
         self.logger = logger or NullLogger()
-        decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
-        no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]  # biases and norm weights
-        self.optimizer = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": params.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=params.lr,
-            foreach=device.type == "cuda",
-        )
+        self.flops_per_batch = flops_per_batch
+        self.peak_flops = peak_flops
+        self.store = CheckpointStore(checkpoint_dir, params.keep_last)
+        self.model = model.to(device)  # what gets saved: never the compiled wrapper
+        self.forward: Callable[..., torch.Tensor] = torch.compile(self.model) if params.compile else self.model
+        self.params = [q for q in self.model.parameters() if q.requires_grad]
+        self.lr = torch.tensor(params.lr, device=device)
+        self.optimizer = build_optimizer(self.model, params, self.lr)
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision.uses_scaler)
+        # Device-side counters: the hot loop updates them without the host ever waiting.
+        self.applied = torch.zeros(1, dtype=torch.long, device=device)  # applied updates, the schedule's index
+        self.consecutive = torch.zeros((), device=device)  # non-finite updates in a row
+        self.worst = torch.zeros((), device=device)  # longest such run since the host last looked
+        self.loss_total = torch.zeros((), dtype=torch.float64, device=device)  # train loss summed over all terms
+        self.grad_norm = torch.zeros((), device=device)  # of the last update, before clipping
+        self._zero = torch.zeros((), device=device)
+        self._one = torch.ones((), device=device)
         self.state = TrainState()
-        self.total_updates = 0
-        self.consecutive_nonfinite = 0
+        self.plan = Plan(1, 1, 1)
+        self.plateau: Plateau | None = None
+        self._base_table = self._table = torch.zeros(1, device=device)
+        self._clock = (time.perf_counter(), 0, 0, 0.0)  # (time, samples, tokens, flops) at the last log
+        self._flops = 0.0
+        self._logged_at = 0
 
     # --- the training step --------------------------------------------------------------------------------------
 
-    def train_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """One optimizer update over one window (x, y); returns the window's summed loss, still on the device."""
-        count = len(y)  # samples in this window: the last window of an epoch may be smaller
+    def train_step(self, micro_batches: list[Batch]) -> None:
+        """One optimizer update over one window of micro-batches. Nothing in here waits for the device."""
         self.optimizer.zero_grad(set_to_none=True)
-        window_loss = torch.zeros((), device=self.device)
-        for xb, yb in zip(x.split(self.p.batch_size), y.split(self.p.batch_size)):
-            with self.precision.autocast():
-                out = self.model(xb)
-            loss_sum = self.loss_fn(out.float(), yb).sum()
-            # Divide once by the window's sample count: every sample weighs 1/count, whatever the micro-batching.
-            self.scaler.scale(loss_sum / count).backward()
-            window_loss += loss_sum.detach()
-        self.scaler.unscale_(self.optimizer)  # clip true gradients, not scaled ones
-        max_norm = self.p.max_grad_norm if self.p.max_grad_norm is not None else math.inf
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
-        # One host sync per update: deciding to skip must happen on the host, because the schedule lives there.
-        finite = bool(torch.isfinite(grad_norm) & torch.isfinite(window_loss))
-        if finite:
-            for group in self.optimizer.param_groups:
-                group["lr"] = self.lr_at(self.state.updates)
-            self.scaler.step(self.optimizer)
-            self.state.updates += 1  # the schedule advances only on applied updates
-            self.consecutive_nonfinite = 0
-        else:
-            self.state.skipped += 1
-            self.consecutive_nonfinite += 1
-            if self.consecutive_nonfinite >= self.p.max_nonfinite:
-                raise NonFiniteError(
-                    f"train: {self.consecutive_nonfinite} consecutive updates had a non-finite loss or gradient "
-                    f"(epoch {self.state.epoch}); lower train.lr, set train.max_grad_norm, or use fp32. "
-                    f"The last good checkpoint is kept in {self.checkpoint_dir}."
-                )
-        self.scaler.update()  # with fp16, an overflow lowers the scale for the next update
-        return window_loss
+        count = sum(b.count for b in micro_batches)  # loss terms in the window; a partial window has fewer
+        # Seeding backward with 1/count divides the window's summed loss once: every term weighs exactly 1/count.
+        seed = self.scaler.scale(torch.full((), 1.0 / count, device=self.device))
+        last = len(micro_batches) - 1
+        for i, batch in enumerate(micro_batches):
+            with self._sync_gradients(i == last):
+                with self.precision.autocast():
+                    out = self.forward(**batch.inputs)
+                loss_sum = self.objective.loss_sum(out, batch.target)
+                loss_sum.backward(seed)
+            self.loss_total += loss_sum.detach()
+        self.scaler.unscale_(self.optimizer)  # clip the true gradients, not scaled ones (no-op unless fp16)
+        grad_norm = self._clip_gradients()
+        finite = torch.isfinite(grad_norm)  # a non-finite loss makes the gradients non-finite too
+        skip = torch.where(finite, self._zero, self._one)
+        torch.index_select(self._table, 0, self.applied, out=self.lr.view(1))  # the schedule, at applied updates
+        opt: Any = self.optimizer
+        opt.grad_scale, opt.found_inf = None, skip  # the fused kernel leaves params and its step count alone
+        self.optimizer.step()
+        del opt.grad_scale, opt.found_inf
+        self.applied += finite  # the schedule advances only on applied updates
+        self.consecutive.add_(skip).mul_(skip)
+        torch.maximum(self.worst, self.consecutive, out=self.worst)
+        self.scaler.update()  # fp16: an overflow lowers the scale for the next update
+        self.grad_norm = grad_norm
 
-    def lr_at(self, update: int) -> float:
-        warmup = round(self.p.warmup_fraction * self.total_updates)
-        return warmup_cosine(update, self.total_updates, warmup, self.p.lr, self.p.min_lr)
+    def _clip_gradients(self) -> torch.Tensor:
+        """Global L2 norm of the gradients (returned), clipped to max_grad_norm. Two foreach calls, no host sync."""
+        grads = [q.grad for q in self.params if q.grad is not None]
+        if not grads:
+            return self._zero
+        # torch's clip_grad_norm_ loops over parameters in Python on CPU; the foreach ops are one call each.
+        total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2, dtype=torch.float32)))
+        if self.p.max_grad_norm is not None:
+            torch._foreach_mul_(grads, (self.p.max_grad_norm / (total + 1e-6)).clamp_(max=1.0))
+        return total
+
+    @contextlib.contextmanager
+    def _sync_gradients(self, last: bool) -> Iterator[None]:
+        """Under DistributedDataParallel, all-reduce gradients only on the window's last micro-batch."""
+        no_sync = getattr(self.model, "no_sync", None)
+        if no_sync is None or last:
+            yield
+        else:
+            with no_sync():
+                yield
 
     # --- the loop ---------------------------------------------------------------------------------------------
 
-    def fit(self, train: Split, val: Split) -> TrainState:
-        window = self.p.batch_size * self.p.accumulate
-        updates_per_epoch = math.ceil(len(train) / window)
-        self.total_updates = updates_per_epoch * self.p.epochs
-        if self.p.resume == "auto":
-            self._maybe_resume()
-        train_x, train_y = train.x.to(self.device), train.y.to(self.device)
+    def prepare(self, train: Dataset) -> Dataset:
+        """Plan the run (updates per epoch, total) and build the schedule table; returns the data to train on."""
+        p = self.p
+        if p.overfit_batches:
+            keep = epoch_order(len(train), self.seed, 0)[: p.overfit_batches * p.batch_size * p.accumulate]
+            train = train.subset(keep)
+        window = p.batch_size * p.accumulate
+        per_epoch = math.ceil(len(train) / window)
+        if p.limit_batches:
+            per_epoch = min(per_epoch, p.limit_batches)
+        total = per_epoch * p.epochs if p.max_steps is None else min(per_epoch * p.epochs, p.max_steps)
+        self.plan = Plan(window, per_epoch, total)
+        warmup = round(p.warmup_fraction * total)
+        self._base_table = lr_table(p.schedule, total, warmup, p.lr, p.min_lr, self.device)
+        if p.schedule == "plateau":
+            self.plateau = Plateau(p.plateau_factor, p.plateau_patience, floor_scale=p.min_lr / p.lr)
+        self._set_table()
+        return train
+
+    def fit(self, train: Dataset, val: Dataset) -> TrainState:
+        p = self.p
+        train = self.prepare(train)
+        if p.overfit_batches:
+            val = train  # memorising a few windows: validate on exactly those
+        total = self.plan.total
+        self._resume()
+        self._set_table()
+        s = self.state
         from tqdm.auto import tqdm
 
         bar = tqdm(
-            total=self.total_updates,
-            initial=self.state.epoch * updates_per_epoch,
+            total=total,
+            initial=s.updates,
             unit="upd",
             desc="train",
-            disable=not self.p.progress,
+            disable=not p.progress,
             file=sys.stderr,
             dynamic_ncols=True,
         )
+        self._clock = (time.perf_counter(), s.samples, s.tokens, self._flops)
+        self._logged_at = s.updates
+        anomaly = torch.autograd.detect_anomaly() if p.detect_anomaly else contextlib.nullcontext()
         try:
-            while self.state.epoch < self.p.epochs and not self.state.stopped_early:
-                self.model.train()
-                order = epoch_order(len(train), self.seed, self.state.epoch).to(self.device)
-                epoch_loss = torch.zeros((), device=self.device)
-                for start in range(0, len(train), window):
-                    idx = order[start : start + window]
-                    epoch_loss += self.train_step(train_x[idx], train_y[idx])
-                    bar.update(1)
-                record = {"train_loss": float(epoch_loss) / len(train), **self.evaluate(val)}
-                record["lr"] = self.lr_at(self.state.updates)
-                self._end_epoch(record)
-                bar.set_postfix(
-                    epoch=self.state.epoch,
-                    val_loss=f"{record['val_loss']:.4f}",
-                    val_acc=f"{record['val_accuracy']:.4f}",
-                )
+            with anomaly:
+                while not self._done():
+                    self._run_epoch(train, val, bar)
+                if s.last_eval_update != s.updates and not s.stopped_early:
+                    self._evaluate(val)  # the final weights compete for "best" too
+                if s.updates != self._logged_at:
+                    self._log(bar)
+                self._checkpoint()
         finally:
             bar.close()
         self._load_best()
-        return self.state
+        return s
+
+    def _run_epoch(self, train: Dataset, val: Dataset, bar: Any) -> None:
+        p, s, plan = self.p, self.state, self.plan
+        order = epoch_order(len(train), self.seed, s.epoch)
+        for w in range(s.position, plan.per_epoch):
+            idx = order[w * plan.window : (w + 1) * plan.window]
+            micro = [train.batch(i) for i in idx.split(p.batch_size)]
+            self.train_step(micro)
+            s.updates += 1
+            s.position = w + 1
+            s.samples += len(idx)
+            s.tokens += sum(b.tokens for b in micro)
+            s.loss_terms += sum(b.count for b in micro)
+            if self.flops_per_batch is not None:
+                self._flops += sum(self.flops_per_batch(b) for b in micro)
+            bar.update(1)
+            failpoint("update")
+            epoch_end = s.position == plan.per_epoch
+            if epoch_end:
+                s.epoch, s.position = s.epoch + 1, 0
+            if s.updates % p.log_every == 0:
+                self._log(bar)
+            if (p.eval_every and s.updates % p.eval_every == 0) or (p.eval_every is None and epoch_end):
+                self._evaluate(val)
+            if epoch_end or (p.checkpoint_every and s.updates % p.checkpoint_every == 0):
+                self._checkpoint()
+            if epoch_end or self._done():
+                return
+
+    def _done(self) -> bool:
+        return self.state.stopped_early or self.state.updates >= self.plan.total
+
+    def _set_table(self) -> None:
+        scale = self.plateau.scale if self.plateau else 1.0
+        self._table = self._base_table * scale if scale != 1.0 else self._base_table
+
+    # --- reading the device: logging, evaluation ------------------------------------------------------------------
+
+    def _sync(self) -> dict[str, float]:
+        """Read every device counter in one transfer, and stop if too many updates in a row were non-finite."""
+        values = torch.stack(
+            [self.loss_total, self.applied[0].double(), self.worst.double(), self.grad_norm.double(), self.lr.double()]
+        ).tolist()
+        loss_total, applied, worst, grad_norm, lr = values
+        s = self.state
+        s.applied = int(applied)
+        if worst >= self.p.max_nonfinite:
+            raise NonFiniteError(
+                f"train: {int(worst)} consecutive updates had a non-finite loss or gradient (by update {s.updates}, "
+                f"epoch {s.epoch}); lower train.lr, set train.max_grad_norm, or use fp32 "
+                "(train.detect_anomaly: true names the op that produced it). "
+                f"The last good checkpoint is kept in {self.store.root}."
+            )
+        self.worst.zero_()
+        return {"loss_total": loss_total, "grad_norm": grad_norm, "lr": lr}
+
+    def _log(self, bar: Any) -> None:
+        s = self.state
+        dev = self._sync()
+        t0, samples0, tokens0, flops0 = self._clock
+        now = time.perf_counter()
+        elapsed = max(now - t0, 1e-9)
+        record = {
+            "train_loss": (dev["loss_total"] - s.loss_at_log) / max(s.loss_terms - s.terms_at_log, 1),
+            "lr": dev["lr"],
+            "grad_norm": dev["grad_norm"],
+            "skipped_updates": float(s.updates - s.applied),
+            "samples_per_s": (s.samples - samples0) / elapsed,
+        }
+        if s.tokens:
+            record["tokens_per_s"] = (s.tokens - tokens0) / elapsed
+        if self.peak_flops and self.flops_per_batch is not None:
+            record["mfu"] = (self._flops - flops0) / elapsed / self.peak_flops
+        s.loss_at_log, s.terms_at_log = dev["loss_total"], s.loss_terms
+        self._clock = (now, s.samples, s.tokens, self._flops)
+        self._logged_at = s.updates
+        self.logger.log(record, step=s.updates)
+        bar.set_postfix(loss=f"{record['train_loss']:.4f}", lr=f"{record['lr']:.2e}", refresh=False)
 
     @torch.no_grad()
-    def evaluate(self, split: Split, batch_size: int = 4096) -> dict[str, float]:
+    def evaluate(self, data: Dataset, batch_size: int = 1024) -> dict[str, float]:
+        """Validation metrics (val_loss, val_accuracy or val_rmse/val_r2), summed on the device, read once."""
         self.model.eval()
-        loss = torch.zeros((), device=self.device)
-        correct = torch.zeros((), device=self.device, dtype=torch.long)
-        for xb, yb in zip(split.x.split(batch_size), split.y.split(batch_size)):
-            xb, yb = xb.to(self.device), yb.to(self.device)
+        sums: list[torch.Tensor | float] = [0.0] * len(self.objective.sum_names)
+        for i, start in enumerate(range(0, len(data), batch_size)):
+            if self.p.limit_batches and i >= self.p.limit_batches:
+                break
+            batch = data.batch(torch.arange(start, min(start + batch_size, len(data))))
             with self.precision.autocast():
-                out = self.model(xb)
-            loss += self.loss_fn(out.float(), yb).sum()
-            correct += (out.argmax(dim=1) == yb).sum()
-        n = len(split)
-        return {"val_loss": float(loss) / n, "val_accuracy": float(correct) / n}
+                out = self.forward(**batch.inputs)
+            for j, v in enumerate(self.objective.eval_sums(out, batch.target, batch.count)):
+                sums[j] = sums[j] + v
+        self.model.train()
+        values = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=self.device) for v in sums]).tolist()
+        return self.objective.metrics(dict(zip(self.objective.sum_names, values)))
 
-    def _end_epoch(self, record: dict[str, float]) -> None:
-        s = self.state
-        s.epoch += 1
-        record["epoch"] = s.epoch
-        s.history.append(record)
-        improved = record["val_loss"] < s.best_val_loss - self.p.min_delta
+    def _evaluate(self, val: Dataset) -> None:
+        p, s = self.p, self.state
+        metrics = self.evaluate(val)
+        if p.monitor not in metrics:
+            raise ParamsError(
+                "params.yaml",
+                [("train.monitor", f"{p.monitor} is not measured for this task; choose one of {sorted(metrics)}")],
+            )
+        dev = self._sync()
+        value = metrics[p.monitor]
+        if s.best_metric is None:
+            improved = math.isfinite(value)
+        elif p.minimize:
+            improved = value < s.best_metric - p.min_delta
+        else:
+            improved = value > s.best_metric + p.min_delta
         if improved:
-            s.best_val_loss, s.best_epoch, s.bad_evals = record["val_loss"], s.epoch, 0
+            s.best_metric, s.best_update, s.bad_evals = value, s.updates, 0
         else:
             s.bad_evals += 1
-            s.stopped_early = s.bad_evals >= self.p.patience
-        self.logger.log(record, step=s.epoch)
+            s.stopped_early = s.bad_evals >= p.patience
+        if self.plateau is not None and self.plateau.observe(improved):
+            self._set_table()
+        record = {
+            "update": float(s.updates),
+            "epoch": s.updates / self.plan.per_epoch,
+            "train_loss": (dev["loss_total"] - s.loss_at_eval) / max(s.loss_terms - s.terms_at_eval, 1),
+            **metrics,
+            "lr": dev["lr"],
+        }
+        s.loss_at_eval, s.terms_at_eval, s.last_eval_update = dev["loss_total"], s.loss_terms, s.updates
+        s.history.append(record)
+        self.logger.log({k: v for k, v in record.items() if k.startswith("val_")}, step=s.updates)
         if improved:
-            save_checkpoint(self.checkpoint_dir / "best", {"model": self.model.state_dict()}, {"epoch": s.epoch})
-        self._save_last()
+            self._checkpoint()  # the best weights are a checkpoint of their own, kept by retention
 
     # --- checkpoints ------------------------------------------------------------------------------------------
 
-    def _save_last(self) -> None:
+    def _checkpoint(self) -> None:
+        s = self.state
+        if s.checkpoint_update == s.updates:
+            return
+        self._sync()  # never save after too many non-finite updates (and fill in s.applied)
+        s.checkpoint_update = s.updates
         opt_tensors, opt_meta = flatten_optimizer(self.optimizer.state_dict())
         rng_tensors, rng_meta = capture_rng()
+        counters = {
+            "applied": self.applied,
+            "consecutive": self.consecutive,
+            "worst": self.worst,
+            "loss_total": self.loss_total,
+        }
         meta = {
             "fingerprint": self.fingerprint,
-            "state": asdict(self.state),
+            "state": asdict(s),
+            "plateau": asdict(self.plateau) if self.plateau else None,
+            "best_step": self.store.path(s.best_update).name if s.best_update >= 0 else None,
             "optimizer": opt_meta,
             "scaler": self.scaler.state_dict(),
             "rng": rng_meta,
             "params": self.p.model_dump(),
+            "flops": self._flops,
         }
-        tensors = {"model": self.model.state_dict(), "optimizer": opt_tensors, "rng": rng_tensors}
-        save_checkpoint(self.checkpoint_dir / "last", tensors, meta)
+        tensors = {"model": self.model.state_dict(), "optimizer": opt_tensors, "rng": rng_tensors, "counters": counters}
+        self.store.save(s.updates, tensors, meta)
 
-    def _maybe_resume(self) -> None:
-        last = self.checkpoint_dir / "last"
-        if not (last / "meta.json").is_file():
+    def _resume(self) -> None:
+        p = self.p
+        self.store.remove_partial()
+        if p.resume == "never":
+            if n := self.store.clear():
+                print(f"train: train.resume is never; removed {n} earlier checkpoint(s)", file=sys.stderr)
             return
-        ckpt = load_checkpoint(last)
-        if ckpt.meta.get("fingerprint") != self.fingerprint:
-            # A changed lr or changed data must retrain, not "resume" a finished run and change nothing.
-            print(f"train: checkpoint {last} is from other training params or data; starting fresh", file=sys.stderr)
-            return
-        self.model.load_state_dict(ckpt.tensors["model"])
-        self.optimizer.load_state_dict(unflatten_optimizer(ckpt.tensors["optimizer"], ckpt.meta["optimizer"]))
-        self.scaler.load_state_dict(ckpt.meta["scaler"])
-        restore_rng(ckpt.tensors["rng"], ckpt.meta["rng"])
-        self.state = TrainState(**ckpt.meta["state"])
-        print(f"train: resumed from {last} after epoch {self.state.epoch}", file=sys.stderr)
+        if p.resume == "auto":
+            path = self.store.latest()
+            if path is None:
+                return
+            ckpt = load_checkpoint(path)
+            if ckpt.meta.get("fingerprint") != self.fingerprint:
+                # A changed lr or changed data must retrain, not "resume" a finished run and change nothing.
+                n = self.store.clear()
+                print(
+                    f"train: the {n} checkpoint(s) in {self.store.root} are from other training params, code or data;"
+                    " starting fresh",
+                    file=sys.stderr,
+                )
+                return
+        else:
+            path = Path(p.resume)
+            if path.is_dir() and not (path / "meta.json").exists():
+                path = CheckpointStore(path, 1).latest() or path  # a checkpoints folder: its newest checkpoint
+            if not path.is_dir():
+                raise ParamsError("params.yaml", [("train.resume", f"checkpoint directory {p.resume} does not exist")])
+            ckpt = load_checkpoint(path)
+            if ckpt.meta.get("fingerprint") != self.fingerprint:
+                print(
+                    f"train: continuing from {path}, written with other params; using the current ones", file=sys.stderr
+                )
+        self._restore(ckpt, path)
+
+    def _restore(self, ckpt: Checkpoint, path: Path) -> None:
+        try:
+            self.model.load_state_dict(ckpt.tensors["model"])
+            self.optimizer.load_state_dict(unflatten_optimizer(ckpt.tensors["optimizer"], ckpt.meta["optimizer"]))
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.lr  # the device tensor the schedule writes into
+            if self.scaler.is_enabled() and ckpt.meta["scaler"]:
+                self.scaler.load_state_dict(ckpt.meta["scaler"])
+            for name, tensor in ckpt.tensors["counters"].items():
+                getattr(self, name).copy_(tensor)
+            restore_rng(ckpt.tensors["rng"], ckpt.meta["rng"])
+            self.state = TrainState(**ckpt.meta["state"])
+            if self.plateau is not None and ckpt.meta.get("plateau"):
+                self.plateau = Plateau(**ckpt.meta["plateau"])
+            self._flops = float(ckpt.meta.get("flops", 0.0))
+        except (KeyError, TypeError, RuntimeError, ValueError) as exc:
+            raise CheckpointError(
+                f"checkpoint {path} does not fit this model and trainer ({type(exc).__name__}: {exc}); "
+                "set train.resume: never to start fresh"
+            ) from None
+        s = self.state
+        print(
+            f"train: resumed from {path} at update {s.updates} (epoch {s.epoch}, window {s.position})",
+            file=sys.stderr,
+        )
 
     def _load_best(self) -> None:
-        best = self.checkpoint_dir / "best"
-        if self.state.best_epoch >= 1 and (best / "meta.json").is_file():
+        """Leave the model holding the best weights seen (by `monitor`), which is what gets exported."""
+        if self.state.best_update < 0:
+            return
+        best = self.store.path(self.state.best_update)
+        if best.is_dir():
             self.model.load_state_dict(load_checkpoint(best).tensors["model"])
+        else:
+            print(f"train: the best checkpoint {best} is gone; keeping the last weights", file=sys.stderr)

@@ -1,11 +1,19 @@
-"""Built-in models and build_model(). A model's config is plain JSON so it can be rebuilt without pickle."""
+"""Built-in models and build_model(). A model's config is plain JSON so it can be rebuilt without pickle.
+
+Forward signatures: table models take `x` [N, F] (float); text models take `tokens` [N, L] (long) and `mask` [N, L]
+(bool, True for real tokens). A user model named by import path follows the same convention.
+"""
 
 from __future__ import annotations
 
+import importlib
+import inspect
 from typing import Any
 
 import torch
 from torch import nn
+
+from trainflow.errors import UserError
 
 
 class MLP(nn.Module):
@@ -26,10 +34,39 @@ class MLP(nn.Module):
         return out
 
 
-def build_model(config: dict[str, Any]) -> nn.Module:
-    """Rebuild a model from its JSON config: {"name": ..., plus the constructor's keyword arguments}."""
-    kwargs = dict(config)
-    name = kwargs.pop("name")
+OFFERED = ("in_features", "out_features", "vocab_size", "pad_id")
+
+
+def model_class(name: str) -> type[nn.Module]:
+    """mlp, text_transformer, or a user model's class by import path `package.module:Class`."""
     if name == "mlp":
-        return MLP(**kwargs)
-    raise ValueError(f"unknown model {name!r}")
+        return MLP
+    if name == "text_transformer":
+        from trainflow.models.text import TextTransformer
+
+        return TextTransformer
+    module_name, _, attr = name.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise UserError(f"model.name {name!r}: cannot import it ({exc}); is the package installed?") from None
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        raise UserError(f"model.name {name!r} is not a torch.nn.Module subclass")
+    return cls
+
+
+def build_model(config: dict[str, Any]) -> nn.Module:
+    """Rebuild a model from its JSON config: {"name": ..., plus the constructor's keyword arguments}.
+
+    The data-derived sizes (OFFERED) go only to constructors that take them; anything else is passed as given, so a
+    misspelt keyword is an error, not silently dropped.
+    """
+    kwargs = dict(config)
+    cls = model_class(kwargs.pop("name"))
+    sig = inspect.signature(cls.__init__)
+    if not any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+        kwargs = {k: v for k, v in kwargs.items() if k in sig.parameters or k not in OFFERED}
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise UserError(f"model {config['name']!r}: cannot build it with {kwargs} ({exc}); see model.kwargs") from None

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import random
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +19,11 @@ from trainflow import plots, tracking
 from trainflow.data.preprocess import Preprocessor
 from trainflow.data.schema import Schema
 from trainflow.data.split import SPLITS
+from trainflow.engine import flops
+from trainflow.engine.data import Batch, TensorData
+from trainflow.engine.objective import Objective
 from trainflow.engine.precision import resolve_device, resolve_precision
-from trainflow.engine.trainer import Split, Trainer
+from trainflow.engine.trainer import Trainer
 from trainflow.errors import UserError
 from trainflow.io import atomic_dir, sha256_files, sha256_json, write_json
 from trainflow.models import build_model
@@ -26,8 +31,17 @@ from trainflow.params import PipelineParams
 from trainflow.paths import Paths
 from trainflow.predict import CONFIG, PREPROCESS, WEIGHTS
 
-# Train params that do not change the result: a checkpoint written under other values may still be resumed.
-NOT_IN_FINGERPRINT = {"resume", "progress", "device"}
+# Train params that do not change the trained weights: a checkpoint written under other values may still be resumed.
+NOT_IN_FINGERPRINT = {
+    "resume",
+    "progress",
+    "device",
+    "log_every",
+    "checkpoint_every",
+    "keep_last",
+    "compile",
+    "detect_anomaly",
+}
 
 
 def seed_everything(seed: int) -> None:
@@ -62,20 +76,14 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
     schema = Schema.read(paths.split_schema)
     frames = {s: pd.read_parquet(paths.split_file(s)) for s in ("train", "val")}
     pre = Preprocessor.fit(frames["train"], schema)
-    train, val = (
-        Split(torch.from_numpy(pre.features_array(f, s)), torch.from_numpy(pre.labels_array(f, s)))
-        for s, f in frames.items()
-    )
     device = resolve_device(params.train.device)
     precision = resolve_precision(params.train.precision, device)
+    train, val = (
+        TensorData(torch.from_numpy(pre.features_array(f, s)), torch.from_numpy(pre.labels_array(f, s)), device)
+        for s, f in frames.items()
+    )
     seed_everything(params.seed)
-    config = {
-        "name": params.model.name,
-        "in_features": len(schema.features),
-        "out_features": len(schema.classes),
-        "hidden_sizes": params.model.hidden_sizes,
-        "dropout": params.model.dropout,
-    }
+    config = model_config(params, len(schema.features), len(schema.classes))
     model = build_model(config)
     dhash = data_hash(paths)
 
@@ -93,10 +101,12 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
             seed=params.seed,
             device=device,
             precision=precision,
-            loss_fn=nn.CrossEntropyLoss(reduction="none"),
+            objective=Objective("classification"),
             checkpoint_dir=paths.checkpoints,
             fingerprint=fingerprint(params, dhash),
             logger=logger,
+            flops_per_batch=flops_per_batch(model),
+            peak_flops=flops.peak_flops(device, precision.dtype),
         )
         try:
             state = trainer.fit(train, val)
@@ -105,9 +115,10 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
         summary = {
             "epochs": state.epoch,
             "updates": state.updates,
-            "skipped_updates": state.skipped,
-            "best_epoch": state.best_epoch,
-            "best_val_loss": state.best_val_loss,
+            "skipped_updates": state.updates - state.applied,
+            "monitor": params.train.monitor,
+            "best_metric": state.best_metric,
+            "best_update": state.best_update,
             "stopped_early": state.stopped_early,
             "precision": precision.name,
             "device": device.type,
@@ -117,7 +128,7 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
         history = pd.DataFrame(state.history)
         plots.write_csv(history, paths.plots / "history.csv")
         plots.training_curves(history, paths.plots / "training_curves.png")
-        mlflow.log_metrics({"best_val_loss": state.best_val_loss, "best_epoch": state.best_epoch})
+        mlflow.log_metrics({f"best_{params.train.monitor}": state.best_metric or math.nan})
         mlflow.log_artifact(str(paths.plots / "training_curves.png"), "plots")
         model_info = log_model(paths.final, frames["val"].head(5))
         info = {
@@ -128,6 +139,25 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
         }
     write_json(paths.train_run, info)
     return {**summary, "mlflow_run_id": info["run_id"]}
+
+
+def model_config(params: PipelineParams, n_features: int, n_outputs: int) -> dict[str, Any]:
+    """The model's JSON config: what build_model() needs to rebuild it at evaluation and prediction."""
+    m = params.model
+    if m.name == "text_transformer":
+        raise UserError(
+            "model.name text_transformer trains on text, but this pipeline's data is a table of numeric features; "
+            "use model.name: mlp (text input through a trained tokenizer comes with the data layer)"
+        )
+    config: dict[str, Any] = {"name": m.name, "in_features": n_features, "out_features": n_outputs}
+    if m.name == "mlp":
+        config |= {"hidden_sizes": m.hidden_sizes, "dropout": m.dropout}
+    return config | m.kwargs
+
+
+def flops_per_batch(model: nn.Module) -> Callable[[Batch], float] | None:
+    per_sample = flops.train_flops_per_sample(model)
+    return None if per_sample is None else (lambda b: per_sample * b.size)
 
 
 def export(model: nn.Module, config: dict[str, Any], pre: Preprocessor, summary: dict[str, Any], dest: Path) -> None:

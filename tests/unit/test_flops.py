@@ -1,0 +1,101 @@
+"""FLOPs per sample for built-in models, peak FLOP/s lookup and its environment override, MFU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from trainflow.engine import flops
+from trainflow.engine.flops import PEAK_FLOPS_ENV, mfu, peak_flops, train_flops_per_sample
+from trainflow.models import MLP
+from trainflow.models.text import TextTransformer
+
+
+@pytest.fixture(autouse=True)
+def _no_override(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(PEAK_FLOPS_ENV, raising=False)
+
+
+def _text_model() -> TextTransformer:
+    return TextTransformer(vocab_size=10, out_features=3, d_model=8, n_heads=2, n_layers=2, ff_mult=2, max_len=16)
+
+
+def test_mlp_flops_are_six_times_params() -> None:
+    model = MLP(4, 3, [5], 0.0)  # 4*5+5 + 5*3+3 = 43 parameters
+    assert train_flops_per_sample(model) == 6 * 43
+    assert train_flops_per_sample(model, seq_len=99) == 6 * 43
+
+
+def test_text_model_flops_are_per_token_times_length() -> None:
+    model = _text_model()
+    assert train_flops_per_sample(model, 5) == (6 * 1243 + 12 * 2 * 8 * 5) * 5
+    with pytest.raises(ValueError, match="seq_len"):
+        train_flops_per_sample(model)
+
+
+def test_wrappers_are_unwrapped() -> None:
+    class Wrapper(nn.Module):  # what torch.compile returns: the real module under _orig_mod
+        def __init__(self, inner: nn.Module) -> None:
+            super().__init__()
+            self._orig_mod = inner
+
+    mlp = MLP(4, 3, [5], 0.0)
+    assert train_flops_per_sample(Wrapper(mlp)) == 6 * 43
+    assert train_flops_per_sample(nn.DataParallel(Wrapper(_text_model())), 5) == (6 * 1243 + 12 * 2 * 8 * 5) * 5
+
+
+def test_unknown_models_give_none() -> None:
+    assert train_flops_per_sample(nn.Linear(3, 2)) is None
+    assert train_flops_per_sample(nn.Sequential(nn.Linear(3, 2)), seq_len=4) is None
+
+
+def test_peak_flops_is_none_on_cpu() -> None:
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        assert peak_flops(torch.device("cpu"), dtype) is None
+
+
+def test_env_overrides_peak(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(PEAK_FLOPS_ENV, "1.5e14")
+    assert peak_flops(torch.device("cpu"), torch.float32) == 1.5e14
+    assert peak_flops(torch.device("cuda"), torch.bfloat16) == 1.5e14
+    for bad in ("fast", "0", "-1"):
+        monkeypatch.setenv(PEAK_FLOPS_ENV, bad)
+        with pytest.raises(ValueError, match=PEAK_FLOPS_ENV):
+            peak_flops(torch.device("cpu"), torch.float32)
+
+
+@pytest.mark.parametrize(
+    ("name", "dtype", "tf32", "expected"),
+    [
+        ("NVIDIA H100 80GB HBM3", torch.bfloat16, False, 989e12),
+        ("NVIDIA H100 PCIe", torch.bfloat16, False, 756e12),
+        ("NVIDIA H100 PCIe", torch.float32, True, 378e12),
+        ("NVIDIA H100 PCIe", torch.float32, False, 51e12),
+        ("NVIDIA H200", torch.float16, False, 989e12),
+        ("NVIDIA A100-SXM4-80GB", torch.bfloat16, False, 312e12),
+        ("NVIDIA A100 80GB PCIe", torch.float32, True, 156e12),
+        ("NVIDIA L40S", torch.bfloat16, False, 362e12),
+        ("NVIDIA L4", torch.bfloat16, False, 121e12),
+        ("NVIDIA A10", torch.bfloat16, False, 125e12),
+        ("NVIDIA A10G", torch.bfloat16, False, None),
+        ("Tesla V100-SXM2-16GB", torch.float16, False, 125e12),
+        ("Tesla V100-SXM2-16GB", torch.bfloat16, False, None),
+        ("NVIDIA GeForce RTX 4090", torch.bfloat16, False, 165.2e12),
+        ("NVIDIA GeForce RTX 3090", torch.float32, False, 35.6e12),
+        ("NVIDIA H100 80GB HBM3", torch.float64, False, None),
+        ("Some Future GPU", torch.bfloat16, False, None),
+    ],
+)
+def test_peak_flops_table(
+    monkeypatch: pytest.MonkeyPatch, name: str, dtype: torch.dtype, tf32: bool, expected: float | None
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    monkeypatch.setattr(flops, "_tf32_enabled", lambda: tf32)
+    assert peak_flops(torch.device("cuda", 0), dtype) == expected
+
+
+def test_mfu() -> None:
+    assert mfu(250e12, 1000e12) == 0.25
+    assert mfu(250e12, None) is None

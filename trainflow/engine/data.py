@@ -1,0 +1,146 @@
+"""What the engine trains on: datasets that turn a tensor of sample indices into a device batch.
+
+The engine never iterates a DataLoader. It draws the order of an epoch from (seed, epoch) alone, cuts it into
+windows of `batch_size * accumulate` indices and asks the dataset for each micro-batch by index. Because the data
+position is an index into that order, a resumed run continues from the next window without reading anything it skips.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+IGNORE_INDEX = -100  # targets with this value (padding positions of per-token targets) carry no loss
+
+
+@dataclass
+class Batch:
+    """One micro-batch on the training device.
+
+    inputs: keyword arguments of the model's forward (`x` for tables; `tokens` and `mask` for text).
+    count: the number of loss terms in it (samples, or real target tokens), known on the host without a device sync.
+    tokens: real input tokens (0 for tables), for tokens/s.
+    """
+
+    inputs: dict[str, torch.Tensor]
+    target: torch.Tensor
+    count: int
+    tokens: int = 0
+
+    @property
+    def size(self) -> int:
+        return len(self.target)
+
+
+class Dataset(Protocol):
+    def __len__(self) -> int: ...
+    def batch(self, idx: torch.Tensor) -> Batch: ...
+    def subset(self, idx: torch.Tensor) -> Dataset: ...
+
+
+def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
+    """Sample order for one epoch: a function of (seed, epoch) only, never of batch size or accumulation."""
+    g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    return torch.randperm(n, generator=g)
+
+
+class TensorData:
+    """A table: features `x` [N, F] and targets `y` [N], moved to the device once; a batch is an index gather."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor, device: torch.device | str = "cpu") -> None:
+        if len(x) != len(y):
+            raise ValueError(f"x has {len(x)} rows but y has {len(y)}")
+        self.device = torch.device(device)
+        self.x = x.to(self.device)
+        self.y = y.to(self.device)
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def batch(self, idx: torch.Tensor) -> Batch:
+        idx = idx.to(self.device, non_blocking=True)
+        return Batch({"x": self.x[idx]}, self.y[idx], count=len(idx))
+
+    def subset(self, idx: torch.Tensor) -> TensorData:
+        return TensorData(self.x[idx.to(self.device)], self.y[idx.to(self.device)], self.device)
+
+
+class TextData:
+    """Variable-length token sequences, padded per micro-batch to that batch's longest sequence.
+
+    targets: one per sequence (a LongTensor/FloatTensor [N]: classification or regression of the text) or one per
+    token (a list of 1-d tensors as long as each sequence; IGNORE_INDEX marks positions without a label). The loss of
+    an update is normalised by the real samples or real target tokens of its whole window.
+    """
+
+    def __init__(
+        self,
+        sequences: list[torch.Tensor],
+        targets: torch.Tensor | list[torch.Tensor],
+        *,
+        pad_id: int = 0,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        if len(sequences) != len(targets):
+            raise ValueError(f"{len(sequences)} sequences but {len(targets)} targets")
+        if any(len(s) == 0 for s in sequences):
+            raise ValueError("every sequence needs at least one token")
+        self.sequences = [s.long() for s in sequences]
+        self.lengths = torch.tensor([len(s) for s in sequences])
+        self.per_token = isinstance(targets, list)
+        if isinstance(targets, list):
+            for i, (s, t) in enumerate(zip(sequences, targets)):
+                if len(s) != len(t):
+                    raise ValueError(f"sequence {i} has {len(s)} tokens but {len(t)} targets")
+            self.token_targets = [t.long() for t in targets]
+            self.flat_targets = torch.cat(self.token_targets)
+            self.label_counts = torch.tensor([int((t != IGNORE_INDEX).sum()) for t in self.token_targets])
+        else:
+            self.targets = targets
+        self.flat = torch.cat(self.sequences)
+        self.offsets = torch.cumsum(self.lengths, 0) - self.lengths
+        self.pad_id = pad_id
+        self.device = torch.device(device)
+
+    def __len__(self) -> int:
+        return len(self.sequences)
+
+    def _pad(self, flat: torch.Tensor, idx: torch.Tensor, fill: int) -> tuple[torch.Tensor, torch.Tensor]:
+        lengths = self.lengths[idx]
+        width = int(lengths.max())
+        pos = torch.arange(width)
+        mask = pos[None, :] < lengths[:, None]
+        src = (self.offsets[idx][:, None] + pos[None, :]).clamp_(max=len(flat) - 1)
+        return torch.where(mask, flat[src], torch.full((), fill, dtype=flat.dtype)), mask
+
+    def batch(self, idx: torch.Tensor) -> Batch:
+        idx = idx.cpu()
+        tokens, mask = self._pad(self.flat, idx, self.pad_id)
+        n_tokens = int(self.lengths[idx].sum())
+        if self.per_token:
+            target, _ = self._pad(self.flat_targets, idx, IGNORE_INDEX)
+            count = int(self.label_counts[idx].sum())
+        else:
+            target, count = self.targets[idx], len(idx)
+        return Batch(
+            {"tokens": _to(tokens, self.device), "mask": _to(mask, self.device)},
+            _to(target, self.device),
+            count=count,
+            tokens=n_tokens,
+        )
+
+    def subset(self, idx: torch.Tensor) -> TextData:
+        keep = idx.cpu().tolist()
+        targets: torch.Tensor | list[torch.Tensor] = (
+            [self.token_targets[i] for i in keep] if self.per_token else self.targets[idx.cpu()]
+        )
+        return TextData([self.sequences[i] for i in keep], targets, pad_id=self.pad_id, device=self.device)
+
+
+def _to(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Host -> device without stalling the host: pinned memory and a non-blocking copy on CUDA."""
+    if device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)

@@ -1,0 +1,147 @@
+"""A small hand-written Transformer encoder for token sequences, built on scaled_dot_product_attention.
+
+Outputs for a sequence do not depend on how much padding follows it: padded keys are masked out of attention, positions
+are counted from the start of the sequence, and pooling averages over real tokens only.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+HEADS = ("sequence", "token")
+
+
+class _SelfAttention(nn.Module):
+    """Multi-head self-attention over a key padding mask."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float) -> None:
+        super().__init__()
+        self.n_heads = n_heads
+        self.dropout = dropout
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:
+        """x [N, L, D], attn_mask bool [N, 1, 1, L] (True = attend) -> [N, L, D]."""
+        n, length, d = x.shape
+        qkv = self.qkv(x).view(n, length, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)  # each [N, H, L, Dh]
+        dropout_p = self.dropout if self.training else 0.0
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
+        out = out.transpose(1, 2).reshape(n, length, d)
+        projected: torch.Tensor = self.proj(out)
+        return projected
+
+
+class _Block(nn.Module):
+    """Pre-LayerNorm encoder block: x + attn(LN(x)), then x + MLP(LN(x))."""
+
+    def __init__(self, d_model: int, n_heads: int, ff_mult: int, dropout: float) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d_model)
+        self.attn = _SelfAttention(d_model, n_heads, dropout)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.mlp = nn.Sequential(
+            nn.Linear(d_model, ff_mult * d_model),
+            nn.GELU(),
+            nn.Dropout(dropout),
+            nn.Linear(ff_mult * d_model, d_model),
+            nn.Dropout(dropout),
+        )
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x), attn_mask)
+        out: torch.Tensor = x + self.mlp(self.ln2(x))
+        return out
+
+
+class TextTransformer(nn.Module):
+    """Transformer-encoder classifier/regressor over token ids.
+
+    head="sequence" gives [N, out_features] from a masked mean over real tokens; head="token" gives
+    [N, L, out_features], one output per position (outputs at padded positions are meaningless).
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        out_features: int,
+        d_model: int = 128,
+        n_heads: int = 4,
+        n_layers: int = 2,
+        ff_mult: int = 4,
+        max_len: int = 256,
+        dropout: float = 0.1,
+        pad_id: int = 0,
+        head: str = "sequence",
+    ) -> None:
+        super().__init__()
+        if head not in HEADS:
+            raise ValueError(f"head must be one of {HEADS}, got {head!r}")
+        if n_heads < 1 or d_model % n_heads != 0:
+            raise ValueError(f"d_model ({d_model}) must be a positive multiple of n_heads ({n_heads})")
+        for name, value in (
+            ("vocab_size", vocab_size),
+            ("out_features", out_features),
+            ("d_model", d_model),
+            ("n_layers", n_layers),
+            ("ff_mult", ff_mult),
+            ("max_len", max_len),
+        ):
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        if not 0 <= pad_id < vocab_size:
+            raise ValueError(f"pad_id ({pad_id}) must be a token id in [0, vocab_size={vocab_size})")
+        self.vocab_size = vocab_size
+        self.out_features = out_features
+        self.d_model = d_model
+        self.n_heads = n_heads
+        self.n_layers = n_layers
+        self.max_len = max_len
+        self.pad_id = pad_id
+        self.head_kind = head
+
+        self.tok_emb = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
+        self.pos_emb = nn.Embedding(max_len, d_model)
+        self.emb_dropout = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(_Block(d_model, n_heads, ff_mult, dropout) for _ in range(n_layers))
+        self.ln_f = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, out_features)
+
+    def forward(self, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """tokens long [N, L], mask bool [N, L] (True = real token, each row has at least one) -> outputs."""
+        if tokens.dim() != 2:
+            raise ValueError(f"tokens must be [N, L], got shape {tuple(tokens.shape)}")
+        if mask.shape != tokens.shape:
+            raise ValueError(f"mask shape {tuple(mask.shape)} must equal tokens shape {tuple(tokens.shape)}")
+        length = tokens.shape[1]
+        if length > self.max_len:
+            raise ValueError(f"sequence length {length} exceeds max_len={self.max_len}")
+        mask = mask.bool()
+        positions = torch.arange(length, device=tokens.device)
+        x = self.emb_dropout(self.tok_emb(tokens) + self.pos_emb(positions))
+        attn_mask = mask[:, None, None, :]  # [N, 1, 1, L]: every query attends to the real keys only
+        for block in self.blocks:
+            x = block(x, attn_mask)
+        x = self.ln_f(x)
+        if self.head_kind == "token":
+            out: torch.Tensor = self.head(x)
+            return out
+        weights = mask.unsqueeze(-1)
+        summed = torch.where(weights, x, torch.zeros_like(x)).sum(dim=1)
+        pooled = summed / weights.sum(dim=1).clamp(min=1).to(x.dtype)
+        out = self.head(pooled)
+        return out
+
+    def non_embedding_params(self) -> int:
+        """Parameters outside the token and positional embeddings."""
+        embedding = self.tok_emb.weight.numel() + self.pos_emb.weight.numel()
+        return sum(p.numel() for p in self.parameters()) - embedding
+
+    def flops_per_token(self, seq_len: int) -> float:
+        """Training FLOPs per token: 6 * non-embedding params + 12 * n_layers * d_model * seq_len."""
+        return float(6 * self.non_embedding_params() + 12 * self.n_layers * self.d_model * seq_len)
