@@ -265,6 +265,12 @@ class Trainer:
                 self._checkpoint()
         finally:
             bar.close()
+        if s.stopped_early:
+            print(
+                f"train: stopped early at update {s.updates} (epoch {s.epoch}): {p.monitor} did not improve by more "
+                f"than {p.min_delta:g} in {p.patience} evaluations; best {s.best_metric:.4g} at update {s.best_update}",
+                file=sys.stderr,
+            )
         self._load_best()
         return s
 
