@@ -398,3 +398,26 @@ def test_compile_trains_like_eager_and_saves_the_plain_model(tmp_path: Path) -> 
     assert rel(compiled.model, eager.model) <= 1e-4  # inductor may fuse ops: not bitwise, but the same training
     saved = load_checkpoint(CheckpointStore(tmp_path / "b", 2).latest()).tensors["model"]  # type: ignore[arg-type]
     assert sorted(saved) == sorted(mlp().state_dict())  # no "_orig_mod." prefixes
+
+
+def test_throughput_and_mfu_are_logged(tmp_path: Path) -> None:
+    records: list[dict[str, float]] = []
+
+    class Keep:
+        def log(self, metrics: dict[str, float], step: int) -> None:
+            records.append(metrics)
+
+        def close(self) -> None:
+            pass
+
+    data = text_data(per_token=False)
+    t = make_trainer(tmp_path, text_model("sequence"), batch_size=8, log_every=2)
+    t.logger, t.peak_flops = Keep(), 1e12  # a pretend peak: MFU is only reported where the peak is known
+    t.fit(data, data)
+    train = [r for r in records if "samples_per_s" in r]
+    assert len(train) == math.ceil(t.state.updates / 2)
+    assert all(r["samples_per_s"] > 0 and r["tokens_per_s"] > r["samples_per_s"] and 0 < r["mfu"] < 1 for r in train)
+    model = text_model("sequence")
+    b = data.batch(torch.arange(8))
+    width = b.inputs["tokens"].shape[1]
+    assert t.flops_per_batch is not None and t.flops_per_batch(b) == model.flops_per_token(width) * width * 8

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 
 import torch
 from torch import nn
 
+from trainflow.engine.data import Batch
 from trainflow.models import MLP
 
 PEAK_FLOPS_ENV = "TRAINFLOW_PEAK_FLOPS"
@@ -102,3 +104,19 @@ def mfu(flops_per_second: float, peak: float | None) -> float | None:
     if peak is None or peak <= 0:
         return None
     return flops_per_second / peak
+
+
+def flops_per_batch(model: nn.Module) -> Callable[[Batch], float] | None:
+    """Training FLOPs of one micro-batch, from shapes only (no device sync); None for models it does not know."""
+    inner = _unwrap(model)
+    if callable(getattr(inner, "flops_per_token", None)):
+
+        def text(batch: Batch) -> float:
+            n, length = batch.inputs["tokens"].shape
+            return float(train_flops_per_sample(inner, int(length)) or 0.0) * n
+
+        return text
+    per_sample = train_flops_per_sample(inner)
+    if per_sample is None:
+        return None
+    return lambda batch: per_sample * batch.size

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
+from trainflow.engine import flops
 from trainflow.engine.checkpoint import (
     Checkpoint,
     CheckpointError,
@@ -133,8 +134,9 @@ class Trainer:
         self.objective = objective
         self.fingerprint = fingerprint
         self.logger = logger or NullLogger()
-        self.flops_per_batch = flops_per_batch
-        self.peak_flops = peak_flops
+        # MFU: FLOPs per micro-batch (built-in models know theirs) over the device's peak (known CUDA GPUs).
+        self.flops_per_batch = flops_per_batch or flops.flops_per_batch(model)
+        self.peak_flops = peak_flops or flops.peak_flops(device, precision.dtype)
         self.store = CheckpointStore(checkpoint_dir, params.keep_last)
         self.model = model.to(device)  # what gets saved: never the compiled wrapper
         self.forward: Callable[..., torch.Tensor] = torch.compile(self.model) if params.compile else self.model

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import random
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +18,7 @@ from trainflow import plots, tracking
 from trainflow.data.preprocess import Preprocessor
 from trainflow.data.schema import Schema
 from trainflow.data.split import SPLITS
-from trainflow.engine import flops
-from trainflow.engine.data import Batch, TensorData
+from trainflow.engine.data import TensorData
 from trainflow.engine.objective import Objective
 from trainflow.engine.precision import resolve_device, resolve_precision
 from trainflow.engine.trainer import Trainer
@@ -105,8 +103,6 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
             checkpoint_dir=paths.checkpoints,
             fingerprint=fingerprint(params, dhash),
             logger=logger,
-            flops_per_batch=flops_per_batch(model),
-            peak_flops=flops.peak_flops(device, precision.dtype),
         )
         try:
             state = trainer.fit(train, val)
@@ -153,11 +149,6 @@ def model_config(params: PipelineParams, n_features: int, n_outputs: int) -> dic
     if m.name == "mlp":
         config |= {"hidden_sizes": m.hidden_sizes, "dropout": m.dropout}
     return config | m.kwargs
-
-
-def flops_per_batch(model: nn.Module) -> Callable[[Batch], float] | None:
-    per_sample = flops.train_flops_per_sample(model)
-    return None if per_sample is None else (lambda b: per_sample * b.size)
 
 
 def export(model: nn.Module, config: dict[str, Any], pre: Preprocessor, summary: dict[str, Any], dest: Path) -> None:
