@@ -50,10 +50,12 @@ def test_sigkill_at_a_random_update_then_resume_is_bit_identical(
     crashed = train(tmp_path / "ckpt", tmp_path / "out", failpoint=f"update:{update}")
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr
     assert not (tmp_path / "out").exists()
+    # Checkpoints are written in the background: one requested just before the kill may not have landed.
+    landed = list((tmp_path / "ckpt").glob("step-*"))
+    assert landed or update < 6
     resumed = train(tmp_path / "ckpt", tmp_path / "out")
     assert resumed.returncode == 0, resumed.stderr
-    if update >= 3:  # the first checkpoint is written after update 3
-        assert "train: resumed from" in resumed.stderr
+    assert ("train: resumed from" in resumed.stderr) == bool(landed)
     assert same_run(uninterrupted, tmp_path / "out")
 
 

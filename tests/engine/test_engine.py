@@ -208,6 +208,20 @@ def test_skipped_updates_leave_weights_and_schedule_alone(tmp_path: Path) -> Non
     assert math.isclose(float(t.lr), lr_at("cosine", 20, 24, round(0.2 * 24), t.p.lr, t.p.min_lr), rel_tol=1e-6)
 
 
+def test_device_and_host_decisions_are_bit_identical(tmp_path: Path) -> None:
+    data = table(n=192)
+    runs = []
+    for on_device in (True, False):
+        model = InfGrads({3, 4, 9}, accumulate=2)
+        t = make_trainer(tmp_path / str(on_device), model, batch_size=16, accumulate=2, epochs=4, log_every=3)
+        t.decide_on_device = on_device
+        t.fit(data, data)
+        runs.append((model.net.state_dict(), t.state.history, t.state.applied))
+    (w1, h1, a1), (w2, h2, a2) = runs
+    assert a1 == a2 == 21 and h1 == h2
+    assert all(torch.equal(w1[k], w2[k]) for k in w1)
+
+
 def test_too_many_non_finite_updates_stop_with_the_last_good_checkpoint_kept(tmp_path: Path) -> None:
     data = table(n=192)
     model = InfGrads(set(range(9, 100)), accumulate=1)
@@ -227,6 +241,7 @@ def test_too_many_non_finite_updates_stop_with_the_last_good_checkpoint_kept(tmp
 def test_the_hot_loop_never_reads_the_device(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     data = table()
     t = make_trainer(tmp_path, mlp(), batch_size=8, accumulate=4)
+    t.decide_on_device = True  # what runs on a GPU (on CPU the trainer may read values: there is no device)
     t.prepare(data)
     micro = [data.batch(i) for i in torch.arange(32).split(8)]
 

@@ -14,6 +14,7 @@ import random
 import re
 import shutil
 import signal
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,8 @@ class CheckpointStore:
     def __init__(self, root: Path, keep_last: int) -> None:
         self.root = root
         self.keep_last = keep_last
+        self._writer: threading.Thread | None = None
+        self._error: BaseException | None = None
 
     def steps(self) -> list[Path]:
         """Complete checkpoints, oldest first. A half-written one is still a hidden temp dir and is not listed."""
@@ -108,6 +111,36 @@ class CheckpointStore:
         self.prune(keep={dest.name, str(meta.get("best_step"))})
         return dest
 
+    def save_async(
+        self, update: int, tensors: dict[str, dict[str, torch.Tensor]], meta: dict[str, Any]
+    ) -> dict[str, dict[str, torch.Tensor]]:
+        """Snapshot the tensors now (training goes on changing them), write them in a background thread.
+
+        At most one write is in flight: this waits for the previous one. The serialising and fsyncing overlap with
+        training; the snapshot itself is one copy of the state into host memory, and is returned.
+        """
+        self.wait()
+        snapshot = {g: {k: v.detach().to("cpu", copy=True) for k, v in flat.items()} for g, flat in tensors.items()}
+
+        def write() -> None:
+            try:
+                self.save(update, snapshot, meta)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the training thread by wait()
+                self._error = exc
+
+        self._writer = threading.Thread(target=write, name=f"checkpoint-{update}", daemon=False)
+        self._writer.start()
+        return snapshot
+
+    def wait(self) -> None:
+        """Block until the write in flight is on disk; raise its error, if it had one."""
+        if self._writer is not None:
+            self._writer.join()
+            self._writer = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise CheckpointError(f"writing a checkpoint in {self.root} failed: {error}") from error
+
     def prune(self, keep: set[str]) -> None:
         """Keep the newest `keep_last` checkpoints and those named in `keep` (last and best); delete the rest."""
         steps = self.steps()
@@ -131,9 +164,12 @@ class CheckpointStore:
         return n
 
 
+FAILPOINT = os.environ.get("TRAINFLOW_FAILPOINT", "")  # read once: failpoint() runs on every update
+
+
 def failpoint(name: str) -> None:
     """Fault injection for the crash tests: TRAINFLOW_FAILPOINT=<name>:<n> SIGKILLs this process on the n-th hit."""
-    spec = os.environ.get("TRAINFLOW_FAILPOINT")
+    spec = FAILPOINT
     if not spec or not spec.startswith(name + ":"):
         return
     _hits[name] = _hits.get(name, 0) + 1

@@ -35,6 +35,8 @@ class Batch:
 
 
 class Dataset(Protocol):
+    index_device: torch.device  # where batch() wants its index tensor
+
     def __len__(self) -> int: ...
     def batch(self, idx: torch.Tensor) -> Batch: ...
     def subset(self, idx: torch.Tensor) -> Dataset: ...
@@ -52,7 +54,7 @@ class TensorData:
     def __init__(self, x: torch.Tensor, y: torch.Tensor, device: torch.device | str = "cpu") -> None:
         if len(x) != len(y):
             raise ValueError(f"x has {len(x)} rows but y has {len(y)}")
-        self.device = torch.device(device)
+        self.device = self.index_device = torch.device(device)
         self.x = x.to(self.device)
         self.y = y.to(self.device)
 
@@ -60,7 +62,6 @@ class TensorData:
         return len(self.y)
 
     def batch(self, idx: torch.Tensor) -> Batch:
-        idx = idx.to(self.device, non_blocking=True)
         return Batch({"x": self.x[idx]}, self.y[idx], count=len(idx))
 
     def subset(self, idx: torch.Tensor) -> TensorData:
@@ -103,6 +104,7 @@ class TextData:
         self.offsets = torch.cumsum(self.lengths, 0) - self.lengths
         self.pad_id = pad_id
         self.device = torch.device(device)
+        self.index_device = torch.device("cpu")  # padding happens on the host, then one pinned copy per tensor
 
     def __len__(self) -> int:
         return len(self.sequences)

@@ -5,10 +5,11 @@ micro-batches of `batch_size`. The loss of an update is the sum of per-sample (o
 divided once by the number of loss terms in that window, so a smaller last window, or a window of padded sequences,
 is weighted exactly like any other and micro-batch B x accumulate 1 computes the same gradient as B/4 x accumulate 4.
 
-The hot loop never waits for the device. Skipping a non-finite update, advancing the learning-rate schedule and
-counting skips all happen on the device: the fused optimizer takes a `found_inf` flag, and the schedule is a table
-indexed by a device counter of applied updates. The host reads the device only every `log_every` updates, at
-evaluations and at checkpoints.
+The hot loop never waits for the device. On an accelerator, skipping a non-finite update, advancing the learning-rate
+schedule and counting skips all happen on the device: the fused optimizer takes a `found_inf` flag, and the schedule
+is a table indexed by a device counter of applied updates. The host reads the device only every `log_every` updates,
+at evaluations and at checkpoints. On CPU, where the device is the host, the same decisions are taken in Python
+(`_step_on_host`): bit-identical, and without the scalar kernels that only exist to keep a GPU from waiting.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import contextlib
 import math
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -80,7 +81,9 @@ class TrainState:
     checkpoint_update: int = -1
     stopped_early: bool = False
     history: list[dict[str, float]] = field(default_factory=list)
-    # Host snapshots of the device loss sum, for per-interval means.
+    # The train loss summed over all terms (folded in from the device at each read), and its value at the last
+    # log and evaluation, for per-interval means.
+    loss_sum: float = 0.0
     loss_at_log: float = 0.0
     terms_at_log: int = 0
     loss_at_eval: float = 0.0
@@ -144,11 +147,19 @@ class Trainer:
         self.lr = torch.tensor(params.lr, device=device)
         self.optimizer = build_optimizer(self.model, params, self.lr)
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision.uses_scaler)
+        # Where skip decisions happen: on an accelerator, on the device (the host never waits for it); on CPU, in
+        # Python (there is nothing to wait for). Both give the same results; tests run both.
+        self.decide_on_device = device.type != "cpu"
+        self._applied = self._consecutive = self._worst = 0  # the host-side counters (CPU)
+        self._rates: list[float] = []
         # Device-side counters: the hot loop updates them without the host ever waiting.
         self.applied = torch.zeros(1, dtype=torch.long, device=device)  # applied updates, the schedule's index
         self.consecutive = torch.zeros((), device=device)  # non-finite updates in a row
         self.worst = torch.zeros((), device=device)  # longest such run since the host last looked
-        self.loss_total = torch.zeros((), dtype=torch.float64, device=device)  # train loss summed over all terms
+        self.loss_acc = torch.zeros((), device=device)  # train loss summed since the host last read it
+        self._skip = torch.zeros((), device=device)
+        self._seeds: dict[int, torch.Tensor] = {}
+        self._no_sync = getattr(self.model, "no_sync", None)
         self.grad_norm = torch.zeros((), device=device)  # of the last update, before clipping
         self._zero = torch.zeros((), device=device)
         self._one = torch.ones((), device=device)
@@ -159,37 +170,69 @@ class Trainer:
         self._clock = (time.perf_counter(), 0, 0, 0.0)  # (time, samples, tokens, flops) at the last log
         self._flops = 0.0
         self._logged_at = 0
+        self._consecutive_seen = 0
+        self._best_weights: tuple[int, dict[str, torch.Tensor]] | None = None
 
     # --- the training step --------------------------------------------------------------------------------------
 
     def train_step(self, micro_batches: list[Batch]) -> None:
-        """One optimizer update over one window of micro-batches. Nothing in here waits for the device."""
+        """One optimizer update over one window of micro-batches. On an accelerator nothing here waits for it."""
         self.optimizer.zero_grad(set_to_none=True)
         count = sum(b.count for b in micro_batches)  # loss terms in the window; a partial window has fewer
         # Seeding backward with 1/count divides the window's summed loss once: every term weighs exactly 1/count.
-        seed = self.scaler.scale(torch.full((), 1.0 / count, device=self.device))
+        seed = self._seeds.get(count)
+        if seed is None:
+            seed = self._seeds[count] = torch.full((), 1.0 / count, device=self.device)
+        if self.scaler.is_enabled():
+            seed = self.scaler.scale(seed)
         last = len(micro_batches) - 1
         for i, batch in enumerate(micro_batches):
-            with self._sync_gradients(i == last):
+            # Under DistributedDataParallel, gradients are all-reduced only on the window's last micro-batch.
+            with contextlib.nullcontext() if self._no_sync is None or i == last else self._no_sync():
                 with self.precision.autocast():
                     out = self.forward(**batch.inputs)
                 loss_sum = self.objective.loss_sum(out, batch.target)
                 loss_sum.backward(seed)
-            self.loss_total += loss_sum.detach()
-        self.scaler.unscale_(self.optimizer)  # clip the true gradients, not scaled ones (no-op unless fp16)
+            self.loss_acc += loss_sum.detach()
+        if self.scaler.is_enabled():
+            self.scaler.unscale_(self.optimizer)  # clip the true gradients, not scaled ones
         grad_norm = self._clip_gradients()
-        finite = torch.isfinite(grad_norm)  # a non-finite loss makes the gradients non-finite too
-        skip = torch.where(finite, self._zero, self._one)
+        if self.decide_on_device:
+            self._step_on_device(grad_norm)
+        else:
+            self._step_on_host(grad_norm)
+        if self.scaler.is_enabled():
+            self.scaler.update()  # fp16: an overflow lowers the scale for the next update
+        self.grad_norm = grad_norm
+
+    def _step_on_device(self, grad_norm: torch.Tensor) -> None:
+        """Apply or skip the update without the host waiting: flags, counters and the schedule stay on the device."""
+        # Non-finite norm <=> some gradient is inf/NaN (a non-finite loss makes them so): x - x is 0 only if finite.
+        finite = torch.eq(grad_norm - grad_norm, 0)
+        skip = torch.logical_not(finite, out=self._skip)  # float 0/1, as the fused kernel wants
         torch.index_select(self._table, 0, self.applied, out=self.lr.view(1))  # the schedule, at applied updates
         opt: Any = self.optimizer
         opt.grad_scale, opt.found_inf = None, skip  # the fused kernel leaves params and its step count alone
         self.optimizer.step()
         del opt.grad_scale, opt.found_inf
         self.applied += finite  # the schedule advances only on applied updates
-        self.consecutive.add_(skip).mul_(skip)
+        torch.addcmul(skip, self.consecutive, skip, out=self.consecutive)  # (run + 1) if skipped, else 0
         torch.maximum(self.worst, self.consecutive, out=self.worst)
-        self.scaler.update()  # fp16: an overflow lowers the scale for the next update
-        self.grad_norm = grad_norm
+
+    def _step_on_host(self, grad_norm: torch.Tensor) -> None:
+        """The same decisions on CPU, where the device is the host and reading a value costs a memory load.
+
+        Bit-identical to `_step_on_device` (same rates, same fused kernel); it saves the half-dozen scalar kernels
+        that only exist to keep an accelerator from waiting.
+        """
+        if math.isfinite(grad_norm.item()):
+            self.lr.fill_(self._rates[self._applied])
+            self.optimizer.step()
+            self._applied += 1
+            self._consecutive = 0
+        else:
+            self._consecutive += 1
+            self._worst = max(self._worst, self._consecutive)
 
     def _clip_gradients(self) -> torch.Tensor:
         """Global L2 norm of the gradients (returned), clipped to max_grad_norm. Two foreach calls, no host sync."""
@@ -201,16 +244,6 @@ class Trainer:
         if self.p.max_grad_norm is not None:
             torch._foreach_mul_(grads, (self.p.max_grad_norm / (total + 1e-6)).clamp_(max=1.0))
         return total
-
-    @contextlib.contextmanager
-    def _sync_gradients(self, last: bool) -> Iterator[None]:
-        """Under DistributedDataParallel, all-reduce gradients only on the window's last micro-batch."""
-        no_sync = getattr(self.model, "no_sync", None)
-        if no_sync is None or last:
-            yield
-        else:
-            with no_sync():
-                yield
 
     # --- the loop ---------------------------------------------------------------------------------------------
 
@@ -267,6 +300,7 @@ class Trainer:
                 self._checkpoint()
         finally:
             bar.close()
+            self.store.wait()  # the last checkpoint is on disk before fit() returns or raises
         if s.stopped_early:
             print(
                 f"train: stopped early at update {s.updates} (epoch {s.epoch}): {p.monitor} did not improve by more "
@@ -278,17 +312,18 @@ class Trainer:
 
     def _run_epoch(self, train: Dataset, val: Dataset, bar: Any) -> None:
         p, s, plan = self.p, self.state, self.plan
-        order = epoch_order(len(train), self.seed, s.epoch)
+        # The order goes where the dataset gathers (the device, for tables): no host-to-device copy per batch.
+        order = epoch_order(len(train), self.seed, s.epoch).to(train.index_device)
         for w in range(s.position, plan.per_epoch):
             idx = order[w * plan.window : (w + 1) * plan.window]
-            micro = [train.batch(i) for i in idx.split(p.batch_size)]
+            micro = [train.batch(idx)] if p.accumulate == 1 else [train.batch(i) for i in idx.split(p.batch_size)]
             self.train_step(micro)
             s.updates += 1
             s.position = w + 1
             s.samples += len(idx)
             s.tokens += sum(b.tokens for b in micro)
             s.loss_terms += sum(b.count for b in micro)
-            if self.flops_per_batch is not None:
+            if self.peak_flops and self.flops_per_batch is not None:
                 self._flops += sum(self.flops_per_batch(b) for b in micro)
             bar.update(1)
             failpoint("update")
@@ -310,17 +345,24 @@ class Trainer:
     def _set_table(self) -> None:
         scale = self.plateau.scale if self.plateau else 1.0
         self._table = self._base_table * scale if scale != 1.0 else self._base_table
+        self._rates = self._table.tolist()  # exactly the float32 rates, for the host-side path
 
     # --- reading the device: logging, evaluation ------------------------------------------------------------------
 
     def _sync(self) -> dict[str, float]:
         """Read every device counter in one transfer, and stop if too many updates in a row were non-finite."""
-        values = torch.stack(
-            [self.loss_total, self.applied[0].double(), self.worst.double(), self.grad_norm.double(), self.lr.double()]
-        ).tolist()
-        loss_total, applied, worst, grad_norm, lr = values
         s = self.state
-        s.applied = int(applied)
+        if self.decide_on_device:
+            counters = (self.loss_acc, self.grad_norm, self.lr, self.applied[0], self.consecutive, self.worst)
+            loss_acc, grad_norm, lr, applied, consecutive, worst = torch.stack([t.double() for t in counters]).tolist()
+            self.worst.zero_()
+        else:
+            loss_acc, grad_norm, lr = (t.item() for t in (self.loss_acc, self.grad_norm, self.lr))
+            applied, consecutive, worst = self._applied, self._consecutive, self._worst
+            self._worst = 0
+        s.applied, self._consecutive_seen = int(applied), int(consecutive)
+        s.loss_sum += loss_acc  # in float64 on the host; the device sums only since the last read
+        self.loss_acc.zero_()
         if worst >= self.p.max_nonfinite:
             raise NonFiniteError(
                 f"train: {int(worst)} consecutive updates had a non-finite loss or gradient (by update {s.updates}, "
@@ -328,8 +370,7 @@ class Trainer:
                 "(train.detect_anomaly: true names the op that produced it). "
                 f"The last good checkpoint is kept in {self.store.root}."
             )
-        self.worst.zero_()
-        return {"loss_total": loss_total, "grad_norm": grad_norm, "lr": lr}
+        return {"loss_total": s.loss_sum, "grad_norm": grad_norm, "lr": lr}
 
     def _log(self, bar: Any) -> None:
         s = self.state
@@ -362,7 +403,7 @@ class Trainer:
         for i, start in enumerate(range(0, len(data), batch_size)):
             if self.p.limit_batches and i >= self.p.limit_batches:
                 break
-            batch = data.batch(torch.arange(start, min(start + batch_size, len(data))))
+            batch = data.batch(torch.arange(start, min(start + batch_size, len(data)), device=data.index_device))
             with self.precision.autocast():
                 out = self.forward(**batch.inputs)
             for j, v in enumerate(self.objective.eval_sums(out, batch.target, batch.count)):
@@ -417,16 +458,11 @@ class Trainer:
         s.checkpoint_update = s.updates
         opt_tensors, opt_meta = flatten_optimizer(self.optimizer.state_dict())
         rng_tensors, rng_meta = capture_rng()
-        counters = {
-            "applied": self.applied,
-            "consecutive": self.consecutive,
-            "worst": self.worst,
-            "loss_total": self.loss_total,
-        }
         meta = {
             "fingerprint": self.fingerprint,
             "state": asdict(s),
             "plateau": asdict(self.plateau) if self.plateau else None,
+            "consecutive_nonfinite": self._consecutive_seen,  # applied updates are in state; the rest was just read
             "best_step": self.store.path(s.best_update).name if s.best_update >= 0 else None,
             "optimizer": opt_meta,
             "scaler": self.scaler.state_dict(),
@@ -434,8 +470,10 @@ class Trainer:
             "params": self.p.model_dump(),
             "flops": self._flops,
         }
-        tensors = {"model": self.model.state_dict(), "optimizer": opt_tensors, "rng": rng_tensors, "counters": counters}
-        self.store.save(s.updates, tensors, meta)
+        tensors = {"model": self.model.state_dict(), "optimizer": opt_tensors, "rng": rng_tensors}
+        snapshot = self.store.save_async(s.updates, tensors, meta)
+        if s.best_update == s.updates:
+            self._best_weights = (s.updates, snapshot["model"])  # export these without reading them back
 
     def _resume(self) -> None:
         p = self.p
@@ -479,10 +517,11 @@ class Trainer:
                 group["lr"] = self.lr  # the device tensor the schedule writes into
             if self.scaler.is_enabled() and ckpt.meta["scaler"]:
                 self.scaler.load_state_dict(ckpt.meta["scaler"])
-            for name, tensor in ckpt.tensors["counters"].items():
-                getattr(self, name).copy_(tensor)
-            restore_rng(ckpt.tensors["rng"], ckpt.meta["rng"])
             self.state = TrainState(**ckpt.meta["state"])
+            self._applied, self._consecutive = self.state.applied, int(ckpt.meta["consecutive_nonfinite"])
+            self.applied.fill_(self._applied)
+            self.consecutive.fill_(self._consecutive)
+            restore_rng(ckpt.tensors["rng"], ckpt.meta["rng"])
             if self.plateau is not None and ckpt.meta.get("plateau"):
                 self.plateau = Plateau(**ckpt.meta["plateau"])
             self._flops = float(ckpt.meta.get("flops", 0.0))
@@ -502,7 +541,9 @@ class Trainer:
         if self.state.best_update < 0:
             return
         best = self.store.path(self.state.best_update)
-        if best.is_dir():
+        if self._best_weights is not None and self._best_weights[0] == self.state.best_update:
+            self.model.load_state_dict(self._best_weights[1])
+        elif best.is_dir():
             self.model.load_state_dict(load_checkpoint(best).tensors["model"])
         else:
             print(f"train: the best checkpoint {best} is gone; keeping the last weights", file=sys.stderr)
