@@ -21,31 +21,97 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_default=True)
 
 
+BUILTIN_DATASETS = ("digits", "iris", "wine", "breast_cancer", "diabetes")
+
+
 class DataParams(Section):
     source: str = Field(
         "builtin:digits",
-        description="Where the raw data comes from: a file path relative to the project root, or builtin:<name> "
-        "for a dataset that ships inside scikit-learn (digits).",
+        description="Where the raw data comes from: a file, a glob (data/raw/*.csv) or a directory of files of one "
+        "format, relative to the project root; or builtin:<name> for a dataset that ships inside scikit-learn "
+        "(digits, iris, wine, breast_cancer, diabetes).",
     )
+    format: Literal["auto", "csv", "tsv", "parquet", "jsonl"] = Field(
+        "auto", description="File format; auto = from the extension (.csv, .tsv/.tab, .parquet/.pq, .jsonl/.ndjson)."
+    )
+    delimiter: str | None = Field(
+        None,
+        min_length=1,
+        max_length=1,
+        description="Field delimiter of csv/tsv files; null = ',' for csv, tab for tsv.",
+    )
+    header: bool = Field(True, description="Whether csv/tsv files start with a header line of column names.")
+    columns: list[str] | None = Field(
+        None, description="Column names for files without a header (data.header: false), in file order."
+    )
+    encoding: str = Field("utf-8", description="Text encoding of csv/tsv/jsonl files.")
     target: str = Field("target", min_length=1, description="Name of the column to predict.")
+    task: Literal["auto", "classification", "regression"] = Field(
+        "auto",
+        description="auto: regression if the target is numeric with many distinct values (more than 20 and more "
+        "than 5% of rows) and not integer-coded classes; classification otherwise.",
+    )
     features: list[str] | None = Field(
         None, description="Columns to use as features; null means every column except the target and `exclude`."
     )
     exclude: list[str] = Field(default_factory=list, description="Columns never used as features (ids, leaks).")
+    text_column: str | None = Field(
+        None,
+        description="A free-text column to model with the text transformer (tokenized by a subword tokenizer "
+        "trained on the train split); null = no text. With a text column the other features are not used.",
+    )
+    missing: Literal["impute", "drop", "error"] = Field(
+        "impute",
+        description="Missing feature values: impute (train median/mean plus a missing indicator, or an unknown "
+        "category), drop the row, or error naming file, line and column.",
+    )
+    duplicates: Literal["keep", "drop", "error"] = Field(
+        "keep", description="Rows that are exact duplicates of an earlier row: keep, drop, or error."
+    )
+    unseen_labels: Literal["error", "drop"] = Field(
+        "error",
+        description="When data is ingested again, target labels the saved schema has not seen: error, or drop "
+        "those rows (with a count on stderr).",
+    )
 
     @model_validator(mode="after")
-    def _target_is_not_a_feature(self) -> DataParams:
+    def _consistent(self) -> DataParams:
         if self.features is not None and self.target in self.features:
             raise ValueError(f"data.features lists the target column {self.target!r}; remove it from the list")
         if self.target in self.exclude:
             raise ValueError(f"data.exclude lists the target column {self.target!r}; the target is never a feature")
+        if self.columns is not None and self.header:
+            raise ValueError("data.columns names the columns of header-less files: set data.header: false too")
+        if self.text_column is not None and self.text_column == self.target:
+            raise ValueError("data.text_column is the target column; name the text feature")
+        if self.source.startswith("builtin:") and self.source.removeprefix("builtin:") not in BUILTIN_DATASETS:
+            raise ValueError(
+                f"data.source: unknown built-in dataset; choose one of builtin:{', builtin:'.join(BUILTIN_DATASETS)}"
+            )
         return self
 
 
 class SplitParams(Section):
     val_fraction: float = Field(0.15, gt=0, lt=1, description="Fraction of rows held out for validation.")
     test_fraction: float = Field(0.15, gt=0, lt=1, description="Fraction of rows held out for the final test.")
-    stratify: bool = Field(True, description="Keep class proportions equal across splits (classification only).")
+    stratify: bool = Field(
+        True,
+        description="Classification: assign rows to splits within each class, so class proportions match across "
+        "splits (still stable under appended rows).",
+    )
+    key: list[str] | None = Field(
+        None,
+        description="Columns whose hash decides a row's split (an id); null = the hash of the whole row. A row keeps "
+        "its split when new rows are appended.",
+    )
+    group_by: str | None = Field(
+        None, description="Column of group ids (a user, a patient): all rows of a group land in the same split."
+    )
+    time_column: str | None = Field(
+        None,
+        description="Column of timestamps: train on the oldest rows, validate on later ones, test on the newest "
+        "(overrides key/group_by/stratify).",
+    )
 
     @model_validator(mode="after")
     def _leaves_rows_to_train_on(self) -> SplitParams:
@@ -57,14 +123,31 @@ class SplitParams(Section):
         return self
 
 
+class FeatureParams(Section):
+    """Preprocessing, fitted on the train split by the train stage and saved with the model."""
+
+    max_categories: int = Field(
+        50,
+        ge=1,
+        description="Categorical columns become one-hot columns for the categories most frequent in train, at most "
+        "this many per column; rarer ones and ones never seen in train share an `unknown` column.",
+    )
+    missing_indicators: bool = Field(
+        True, description="Add a 0/1 column per numeric feature that had missing values in train."
+    )
+    vocab_size: int = Field(8000, ge=100, description="Text: subword vocabulary size of the tokenizer.")
+    max_length: int = Field(128, ge=8, description="Text: tokens kept per text (longer texts are truncated).")
+
+
 MODEL_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
 class ModelParams(Section):
     name: str = Field(
-        "mlp",
-        description="mlp (a multilayer perceptron for tables), text_transformer (a Transformer encoder for text), "
-        "or a user model by import path package.module:Class, built with `kwargs`.",
+        "auto",
+        description="auto (text_transformer when data.text_column is set, else mlp), mlp (a multilayer perceptron "
+        "for tables), text_transformer (a Transformer encoder for text), or a user model by import path "
+        "package.module:Class, built with `kwargs`.",
     )
     hidden_sizes: list[int] = Field(
         default_factory=lambda: [256, 128], min_length=1, description="mlp: width of each hidden layer."
@@ -80,9 +163,10 @@ class ModelParams(Section):
 
     @model_validator(mode="after")
     def _valid(self) -> ModelParams:
-        if self.name not in ("mlp", "text_transformer") and not MODEL_PATH.match(self.name):
+        if self.name not in ("auto", "mlp", "text_transformer") and not MODEL_PATH.match(self.name):
             raise ValueError(
-                f"model.name must be mlp, text_transformer or an import path package.module:Class, got {self.name!r}"
+                "model.name must be auto, mlp, text_transformer or an import path package.module:Class, "
+                f"got {self.name!r}"
             )
         if any(h <= 0 for h in self.hidden_sizes):
             raise ValueError(f"model.hidden_sizes must all be positive, got {self.hidden_sizes}")
@@ -199,13 +283,15 @@ class EvaluateParams(Section):
     batch_size: int = Field(1024, ge=1, description="Batch size for scoring the test split.")
 
 
-ClassificationMetric = Literal["accuracy", "f1_macro", "log_loss"]
+GateMetric = Literal["auto", "accuracy", "f1_macro", "log_loss", "r2", "rmse", "mae"]
 
 
 class RegisterParams(Section):
     model_name: str = Field("trainflow-digits", min_length=1, description="Registered model name in MLflow.")
-    gate_metric: ClassificationMetric = Field(
-        "accuracy", description="Test metric that decides whether a new version becomes the champion."
+    gate_metric: GateMetric = Field(
+        "auto",
+        description="Test metric that decides whether a new version becomes the champion: accuracy, f1_macro or "
+        "log_loss (classification), r2, rmse or mae (regression); auto = accuracy or r2.",
     )
     min_delta: float = Field(
         0.0, ge=0, description="The new version must beat the champion by more than this to take the alias."
@@ -223,6 +309,7 @@ warnings.filterwarnings("ignore", message='Field name "register"', category=User
 class PipelineParams(Section):
     seed: int = Field(42, ge=0, description="Seed for splitting, initialisation and data order.")
     data: DataParams = Field(default_factory=DataParams, description="Raw data source and schema (ingest).")  # type: ignore[arg-type]
+    features: FeatureParams = Field(default_factory=FeatureParams, description="Preprocessing fitted on train (train).")  # type: ignore[arg-type]
     split: SplitParams = Field(default_factory=SplitParams, description="Train/val/test split (split).")  # type: ignore[arg-type]
     model: ModelParams = Field(default_factory=ModelParams, description="Model architecture (train).")  # type: ignore[arg-type]
     train: TrainParams = Field(default_factory=TrainParams, description="Training loop (train).")  # type: ignore[arg-type]

@@ -81,5 +81,10 @@ class Paths:
         return self.reports / "plots"
 
     @property
+    def test_plots(self) -> Path:
+        """evaluate's plots, replaced as one folder: confusion matrix or predicted vs actual."""
+        return self.plots / "test"
+
+    @property
     def registration(self) -> Path:
         return self.reports / "registration.json"

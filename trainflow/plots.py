@@ -73,3 +73,16 @@ def confusion_matrix(actual: np.ndarray, predicted: np.ndarray, classes: list[st
     with atomic_path(png) as tmp:
         fig.savefig(tmp, format="png", dpi=100, metadata={"Software": None})
     plt.close(fig)
+
+
+def predicted_vs_actual(actual: np.ndarray, predicted: np.ndarray, png: Path) -> None:
+    plt = _figure()
+    fig, ax = plt.subplots(figsize=(5, 5))
+    ax.scatter(actual, predicted, s=6, alpha=0.5)
+    lo, hi = float(min(actual.min(), predicted.min())), float(max(actual.max(), predicted.max()))
+    ax.plot([lo, hi], [lo, hi], color="tab:red", linewidth=1)
+    ax.set(xlabel="actual", ylabel="predicted", title="Predicted vs actual (test)")
+    fig.tight_layout()
+    with atomic_path(png) as tmp:
+        fig.savefig(tmp, format="png", dpi=100, metadata={"Software": None})
+    plt.close(fig)

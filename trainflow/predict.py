@@ -12,11 +12,25 @@ from safetensors.torch import load_file
 from torch import nn
 
 from trainflow.data.preprocess import Preprocessor
+from trainflow.engine.data import Batch, TensorData, TextData
 from trainflow.errors import UserError
 from trainflow.io import read_json
 from trainflow.models import build_model
 
-WEIGHTS, CONFIG, PREPROCESS = "model.safetensors", "model.json", "preprocess.json"
+WEIGHTS, CONFIG = "model.safetensors", "model.json"
+
+
+def model_inputs(pre: Preprocessor, frame: pd.DataFrame, where: str, with_labels: bool) -> TensorData | TextData:
+    """The engine's dataset for `frame`: token sequences when the schema has a text column, else the feature matrix."""
+    if with_labels:
+        y = torch.from_numpy(
+            pre.scale_target(pre.labels(frame, where)) if pre.task == "regression" else pre.labels(frame, where)
+        )
+    else:
+        y = torch.zeros(len(frame), dtype=torch.long)
+    if pre.text_column is not None:
+        return TextData([torch.from_numpy(t) for t in pre.tokens(frame)], y)
+    return TensorData(torch.from_numpy(pre.features(frame, where)), y)
 
 
 @dataclass
@@ -26,26 +40,38 @@ class ExportedModel:
 
     @classmethod
     def load(cls, directory: Path) -> ExportedModel:
-        for name in (WEIGHTS, CONFIG, PREPROCESS):
+        for name in (WEIGHTS, CONFIG):
             if not (directory / name).is_file():
                 raise UserError(f"model {directory}: {name} is missing; run `trainflow stage train` first")
         model = build_model(read_json(directory / CONFIG))
         model.load_state_dict(load_file(str(directory / WEIGHTS)))
         model.eval()
-        return cls(model, Preprocessor.load(directory / PREPROCESS))
+        return cls(model, Preprocessor.load(directory))
 
     @torch.no_grad()
-    def predict_proba(self, frame: pd.DataFrame, batch_size: int = 4096) -> np.ndarray:
-        x = torch.from_numpy(self.pre.features_array(frame))
-        # Softmax in float64 so each row sums to one to the precision metrics such as log-loss expect.
-        parts = [torch.softmax(self.model(xb).double(), dim=1) for xb in x.split(batch_size)]
-        return torch.cat(parts).numpy() if parts else np.zeros((0, len(self.pre.classes)))
+    def outputs(self, frame: pd.DataFrame, batch_size: int = 4096, where: str = "input") -> np.ndarray:
+        """Raw model outputs in float64: class probabilities (softmax) or regression values (in target units)."""
+        data = model_inputs(self.pre, frame, where, with_labels=False)
+        parts = []
+        for start in range(0, len(data), batch_size):
+            batch: Batch = data.batch(torch.arange(start, min(start + batch_size, len(data))))
+            out = self.model(**batch.inputs).double()
+            # Softmax in float64 so each row sums to one to the precision metrics such as log-loss expect.
+            parts.append(torch.softmax(out, dim=1) if self.pre.task == "classification" else out.reshape(-1))
+        if not parts:
+            width = len(self.pre.classes) if self.pre.task == "classification" else 0
+            return np.zeros((0, width)) if width else np.zeros(0)
+        values = torch.cat(parts).numpy()
+        return values if self.pre.task == "classification" else self.pre.unscale_target(values)
 
-    def predict_frame(self, frame: pd.DataFrame) -> pd.DataFrame:
-        """The input rows plus `prediction` and one `proba_<class>` column per class."""
-        proba = self.predict_proba(frame)
+    def predict_frame(self, frame: pd.DataFrame, batch_size: int = 4096) -> pd.DataFrame:
+        """The input rows plus `prediction` (and one `proba_<class>` column per class for classification)."""
+        values = self.outputs(frame, batch_size)
         out = frame.copy()
-        out["prediction"] = np.asarray(self.pre.classes, dtype=object)[proba.argmax(axis=1)]
+        if self.pre.task == "regression":
+            out["prediction"] = values
+            return out
+        out["prediction"] = np.asarray(self.pre.classes, dtype=object)[values.argmax(axis=1)]
         for i, c in enumerate(self.pre.classes):
-            out[f"proba_{c}"] = proba[:, i]
+            out[f"proba_{c}"] = values[:, i]
         return out

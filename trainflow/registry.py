@@ -6,7 +6,7 @@ from typing import Any
 
 from trainflow.params import RegisterParams
 
-MINIMIZE = {"log_loss"}  # gate metrics where lower is better; every other one is higher-is-better
+MINIMIZE = {"log_loss", "rmse", "mae"}  # gate metrics where lower is better; every other one is higher-is-better
 CHAMPION = "champion"
 
 
@@ -14,6 +14,21 @@ def beats(new: float, old: float | None, metric: str, min_delta: float) -> bool:
     if old is None:
         return True
     return new < old - min_delta if metric in MINIMIZE else new > old + min_delta
+
+
+def gate_metric(params: RegisterParams, metrics: dict[str, float]) -> str:
+    """register.gate_metric, resolved: auto = accuracy (classification) or r2 (regression)."""
+    gate = params.gate_metric
+    if gate == "auto":
+        gate = "accuracy" if "accuracy" in metrics else "r2"
+    if gate not in metrics:
+        from trainflow.errors import ParamsError
+
+        raise ParamsError(
+            "params.yaml",
+            [("register.gate_metric", f"{gate} is not measured for this task; the metrics are {sorted(metrics)}")],
+        )
+    return gate
 
 
 def register(model_uri: str, params: RegisterParams, metrics: dict[str, float], tags: dict[str, str]) -> dict[str, Any]:
@@ -31,7 +46,7 @@ def register(model_uri: str, params: RegisterParams, metrics: dict[str, float], 
         current = client.get_model_version_by_alias(name, CHAMPION)
     except MlflowException:
         current = None
-    gate = params.gate_metric
+    gate = gate_metric(params, metrics)
     old = float(current.tags[f"metric.{gate}"]) if current and f"metric.{gate}" in current.tags else None
     new = float(metrics[gate])
     promoted = beats(new, old, gate, params.min_delta)

@@ -29,7 +29,7 @@ def champion(name: str) -> str:
 def test_pipeline_outputs_and_lineage(csv_project: Path) -> None:
     out = run_all(csv_project)
     paths = Paths(csv_project)
-    assert out["ingest"] == {"rows": 240, "features": 4, "classes": 3}
+    assert out["ingest"] == {"rows": 240, "features": 4, "classes": 3, "task": "classification"}
     assert sum(out["split"].values()) == 240
     metrics = read_json(paths.metrics)
     assert set(metrics) == {"accuracy", "f1_macro", "log_loss", "n_test"}
@@ -39,9 +39,10 @@ def test_pipeline_outputs_and_lineage(csv_project: Path) -> None:
         "model.json",
         "model.safetensors",
         "preprocess.json",
+        "schema.json",
         "training.json",
     ]
-    for png in ("training_curves.png", "confusion_matrix.png"):
+    for png in ("training_curves.png", "test/confusion_matrix.png"):
         assert (paths.plots / png).read_bytes()[:4] == b"\x89PNG"
     assert "val_loss" in (paths.plots / "history.csv").read_text().splitlines()[0]
 
@@ -62,7 +63,7 @@ def test_pipeline_outputs_and_lineage(csv_project: Path) -> None:
 
     test = pd.read_parquet(paths.split_file("test"))
     served = mlflow.pyfunc.load_model("models:/blobs@champion").predict(test)
-    confusion = pd.read_csv(paths.plots / "confusion.csv")
+    confusion = pd.read_csv(paths.test_plots / "confusion.csv")
     assert list(served["prediction"]) == list(confusion["predicted"])
 
 
@@ -114,7 +115,7 @@ def _snapshot(root: Path) -> dict[str, bytes]:
     ("override", "needle"),
     [
         ("data.source=data/raw/nope.csv", "data/raw/nope.csv"),
-        ("data.target=species", "'species' not found"),
+        ("data.target=species", "'species' is not a column"),
     ],
 )
 def test_data_errors_exit_2_and_leave_outputs_intact(
@@ -129,13 +130,15 @@ def test_data_errors_exit_2_and_leave_outputs_intact(
     assert _snapshot(csv_project) == before
 
 
-def test_non_numeric_feature_is_named(csv_project: Path) -> None:
+def test_a_wrong_typed_value_is_named_by_file_line_and_column(csv_project: Path) -> None:
     import pandas as pd
 
     frame = pd.read_csv(csv_project / "data/raw/blobs.csv")
-    frame["city"] = "Oslo"
+    frame["f2"] = frame["f2"].astype(object)
+    frame.loc[57, "f2"] = "abc"  # data row 57 is line 59: the header is line 1
+    frame["city"] = "Oslo"  # a string column is a categorical feature, not an error
     frame.to_csv(csv_project / "data/raw/blobs.csv", index=False)
-    with pytest.raises(DataError, match="'city'"):
+    with pytest.raises(DataError, match=r"data/raw/blobs.csv, line 59, column 'f2': 'abc' is not a number"):
         run_all(csv_project, ("ingest",))
     assert not (csv_project / "data/processed").exists()
 

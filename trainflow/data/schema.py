@@ -2,23 +2,33 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Literal
 
-import pandas as pd
-
-from trainflow.errors import DataError
 from trainflow.io import read_json
+
+Kind = Literal["numeric", "categorical", "boolean", "datetime", "text"]
 
 
 @dataclass(frozen=True)
 class Schema:
+    """What ingest decided about the data; train, evaluate and predict follow it.
+
+    The processed table holds `features`, then `text_column` (if any), then `target`, typed by kind: numeric as
+    float64 (NaN = missing), boolean as pandas "boolean", categorical and text as strings (None = missing), datetime
+    as datetime64[ns] (NaT = missing); the target as str labels (classification) or float64 (regression).
+    """
+
     source: str
     target: str
-    features: list[str]
-    task: str  # "classification" (regression arrives with the data layer issue)
-    classes: list[str]  # label values in index order: class i is classes[i]
+    task: Literal["classification", "regression"]
+    features: list[str]  # tabular feature columns, in order (the text column is not among them)
+    kinds: dict[str, Kind]  # feature (and text column) -> kind
+    classes: list[str]  # classification labels in index order (class i is classes[i]); [] for regression
     n_rows: int
+    text_column: str | None = None
+    dropped: dict[str, int] = field(default_factory=dict)  # rows dropped at ingest, by reason
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -26,44 +36,3 @@ class Schema:
     @classmethod
     def read(cls, path: Path) -> Schema:
         return cls(**read_json(path))
-
-
-def infer_schema(
-    frame: pd.DataFrame, source: str, target: str, features: list[str] | None, exclude: list[str]
-) -> Schema:
-    """Check the columns against the params and decide features and classes. Raises DataError naming the column."""
-    where = f"data.source {source!r}"
-    if frame.empty:
-        raise DataError(f"{where}: the table is empty (0 rows); point data.source at a file with data")
-    columns = [str(c) for c in frame.columns]
-    frame.columns = columns
-    if target not in columns:
-        raise DataError(
-            f"{where}: data.target column {target!r} not found; the columns are: {', '.join(columns)}. "
-            "Set data.target to one of them."
-        )
-    missing = [c for c in (features or []) + exclude if c not in columns]
-    if missing:
-        raise DataError(f"{where}: columns {missing} named in data.features/data.exclude do not exist")
-    chosen = features if features is not None else [c for c in columns if c != target and c not in exclude]
-    if not chosen:
-        raise DataError(f"{where}: no feature columns left after data.features/data.exclude")
-    bad = [c for c in chosen if not (pd.api.types.is_numeric_dtype(frame[c]) or pd.api.types.is_bool_dtype(frame[c]))]
-    if bad:
-        col = bad[0]
-        row = frame[col].first_valid_index()
-        example = frame[col].loc[row] if row is not None else None
-        raise DataError(
-            f"{where}: feature column(s) {bad} are not numeric (e.g. column {col!r}, row {row}: {example!r}); "
-            "the MLP takes numbers only. Add them to data.exclude or convert them to numbers."
-        )
-    labels = frame[target]
-    if labels.isna().any():
-        row = labels[labels.isna()].index[0]
-        raise DataError(f"{where}: target column {target!r} has missing values (first at row {row}); drop those rows")
-    classes = sorted(str(v) for v in labels.astype(str).unique())
-    if len(classes) < 2:
-        raise DataError(f"{where}: target column {target!r} has a single class {classes}; nothing to learn")
-    return Schema(
-        source=source, target=target, features=chosen, task="classification", classes=classes, n_rows=len(frame)
-    )

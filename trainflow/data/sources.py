@@ -1,46 +1,663 @@
-"""Raw data sources: a table file (CSV, TSV, Parquet, JSONL) or a dataset that ships inside scikit-learn."""
+"""Raw data sources: table files (CSV, TSV, Parquet, JSONL) or a dataset that ships inside scikit-learn.
+
+`read_source(data_params, root)` returns a `RawTable`: the typed pandas frame plus, per row, which file it came from
+and its record number in that file, so that any later check can name the file and line of a bad value
+(`RawTable.where`). Locating a line re-scans that one file with the csv module, so it happens only when an error is
+reported; reading itself is pyarrow's multithreaded reader and numpy, with no per-row Python work.
+
+Every problem is a DataError whose one-line message names the file, the line (and the column where it applies) and
+what to change.
+"""
 
 from __future__ import annotations
 
+import codecs
+import csv
+import glob
+import json
+import re
+import sys
+from array import array
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, NoReturn
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pv
+import pyarrow.json as pj
+import pyarrow.parquet as pq
 
 from trainflow.errors import DataError
+from trainflow.params import BUILTIN_DATASETS, DataParams
 
-# Datasets that ship inside scikit-learn's wheel: read from disk, never downloaded.
-BUILTIN = ("digits", "iris", "wine", "breast_cancer")
+# Spellings of a missing value in text files: pandas' defaults plus "?" (UCI-style exports).
+NA_VALUES: list[str] = ["", "NA", "N/A", "n/a", "NaN", "nan", "NULL", "null", "None", "none", "#N/A", "?"]
+
+FORMAT_BY_SUFFIX = {
+    ".csv": "csv",
+    ".txt": "csv",
+    ".tsv": "tsv",
+    ".tab": "tsv",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+}
+TEXT_FORMATS = ("csv", "tsv", "jsonl")
+# Bytes per block of pyarrow's readers: blocks are parsed in parallel; larger blocks cost less per block.
+BLOCK_SIZE = 4 << 20
+_GLOB_CHARS = re.compile(r"[*?\[]")
+_NA_SET = frozenset(NA_VALUES)
 
 
-def read_builtin(name: str) -> pd.DataFrame:
+@dataclass
+class RawTable:
+    """The raw table and where each of its rows came from."""
+
+    frame: pd.DataFrame  # every column, named by str, typed by the reader; NA spellings are missing values
+    source: str  # data.source as given
+    files: list[Path]  # files read, in order ([] for builtin)
+    file_index: np.ndarray  # int32 per row: index into `files` of the row's file
+    record: np.ndarray  # int64 per row: 0-based data record within that file (header and blank lines not counted)
+    fmt: str  # csv | tsv | parquet | jsonl | builtin
+    root: Path | None = None  # files are shown relative to it
+    delimiter: str = ","
+    encoding: str = "utf-8"
+    header: bool = True
+    # file index -> the line on which each of its first records starts (filled by where_many as it scans)
+    _lines: dict[int, array[int]] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def shown(self, file: int) -> str:
+        """File number `file` as messages show it: relative to the project root when it is inside it."""
+        return _shown(self.files[file], self.root)
+
+    def where(self, row: int, column: str | None = None) -> str:
+        """Where frame row `row` (positional) is, for a message: "data/raw/x.csv, line 57, column 'age'".
+
+        csv/tsv: the line on which the row's record starts (quoted newlines and blank lines accounted for); jsonl:
+        the row's line; parquet: "file, row N" and builtin: "builtin:iris, row N" (N counted from 1). Re-scans the
+        file, so call it when reporting an error, not per row (`where_many` scans each file once for many rows).
+        """
+        return self.where_many([row], column)[0]
+
+    def where_many(self, rows: Sequence[int], column: str | None = None) -> list[str]:
+        """`where` for several rows. Each file is scanned at most once up to the furthest record asked for; the line
+        numbers found are kept, so later calls for earlier records cost nothing."""
+        rows = [int(r) for r in rows]
+        suffix = "" if column is None else f", column {column!r}"
+        if self.fmt == "builtin":
+            return [f"{self.source}, row {int(self.record[r]) + 1}{suffix}" for r in rows]
+        if self.fmt in ("csv", "tsv", "jsonl"):
+            furthest: dict[int, int] = {}
+            for r in rows:
+                f, rec = int(self.file_index[r]), int(self.record[r])
+                furthest[f] = max(furthest.get(f, -1), rec)
+            for f, rec in furthest.items():
+                if len(self._lines.get(f, ())) <= rec:
+                    self._lines[f] = (
+                        _jsonl_start_lines(self.files[f], self.encoding, rec)
+                        if self.fmt == "jsonl"
+                        else _csv_start_lines(self.files[f], self.delimiter, self.encoding, self.header, rec)
+                    )
+        out = []
+        for r in rows:
+            f, rec = int(self.file_index[r]), int(self.record[r])
+            lines = self._lines.get(f, ())
+            if rec < len(lines):
+                out.append(f"{self.shown(f)}, line {lines[rec]}{suffix}")
+            else:  # parquet, or a text file that changed since it was read
+                out.append(f"{self.shown(f)}, row {rec + 1}{suffix}")
+        return out
+
+
+def read_source(d: DataParams, root: Path) -> RawTable:
+    """The raw table named by `d.source`: builtin:<name>, or a file, glob or directory relative to `root`."""
+    if d.source.startswith("builtin:"):
+        return _read_builtin(d.source)
+    files = _resolve(d.source, root)
+    fmt = _format(files, d, root)
+    delimiter = d.delimiter or ("\t" if fmt == "tsv" else ",")
+    if fmt in TEXT_FORMATS:
+        try:
+            codecs.lookup(d.encoding)
+        except LookupError:
+            raise DataError(
+                f"data.encoding: unknown encoding {d.encoding!r}; use a Python codec name such as utf-8, latin-1 "
+                "or cp1252"
+            ) from None
+    elif not d.header or d.columns is not None:
+        raise DataError(
+            f"data.header/data.columns apply to csv and tsv files, but {_shown(files[0], root)} is {fmt}; "
+            "remove them (its column names come from the file)"
+        )
+    tables: list[pa.Table] = []
+    for path in files:
+        shown = _shown(path, root)
+        if fmt in ("csv", "tsv"):
+            table = _read_csv(path, shown, fmt, delimiter, d)
+        elif fmt == "jsonl":
+            table = _read_jsonl(path, shown, d.encoding)
+        else:
+            table = _read_parquet(path, shown)
+        if table.num_rows == 0:
+            what = "a header line but no rows" if fmt in ("csv", "tsv") and d.header else "no rows"
+            raise DataError(f"data.source: {shown} has {what}; fill it, or remove it from data.source")
+        tables.append(table)
+    counts = [t.num_rows for t in tables]
+    table = _concat(tables, files, root)
+    tables.clear()  # only `table` holds the buffers now, so to_pandas(self_destruct) can free them as it goes
+    pa.default_memory_pool().release_unused()  # the csv reader's scratch memory: give it back before converting
+    frame = _to_pandas(table)
+    del table
+    pa.default_memory_pool().release_unused()  # the Arrow buffers to_pandas freed: for numpy/pandas to reuse
+    file_index = np.repeat(np.arange(len(files), dtype=np.int32), counts)
+    record = (
+        np.arange(counts[0], dtype=np.int64)
+        if len(counts) == 1
+        else np.concatenate([np.arange(c, dtype=np.int64) for c in counts])
+    )
+    return RawTable(frame, d.source, files, file_index, record, fmt, root, delimiter, d.encoding, d.header)
+
+
+# --- where the data is ------------------------------------------------------------------------------------------
+
+
+def _shown(path: Path, root: Path | None) -> str:
+    if root is not None:
+        try:
+            return path.relative_to(root).as_posix()
+        except ValueError:
+            pass
+    return str(path)
+
+
+def _resolve(source: str, root: Path) -> list[Path]:
+    """The files `source` names, in order: a file, the sorted matches of a glob, or a directory's visible files."""
+    path = Path(source).expanduser()
+    full = path if path.is_absolute() else root / path
+    if full.is_file():
+        return [full]
+    if full.is_dir():
+        files = sorted(p for p in full.iterdir() if p.is_file() and not p.name.startswith("."))
+        if not files:
+            raise DataError(f"data.source: directory {source} holds no files; put the data there or fix data.source")
+        return files
+    if _GLOB_CHARS.search(source):
+        files = sorted(Path(p) for p in glob.glob(str(full), recursive=True) if Path(p).is_file())
+        if not files:
+            raise DataError(f"data.source: no file matches {source} (under {root}); put the data there or fix it")
+        return files
+    if full.exists():
+        raise DataError(f"data.source: {source} is not a regular file or directory")
+    raise DataError(f"data.source: {source} does not exist (looked for {full}); put the data there or fix data.source")
+
+
+def _format(files: list[Path], d: DataParams, root: Path) -> str:
+    if d.format != "auto":
+        return d.format
+    groups: dict[str, list[str]] = {}
+    for path in files:
+        fmt = FORMAT_BY_SUFFIX.get(path.suffix.lower())
+        key = fmt or f"unknown extension {path.suffix or '(none)'}"
+        groups.setdefault(key, []).append(_shown(path, root))
+    if len(groups) == 1:
+        fmt = FORMAT_BY_SUFFIX.get(files[0].suffix.lower())
+        if fmt is None:
+            _unknown_extension(files[0], root)
+        return fmt
+    listing = "; ".join(
+        f"{k}: {', '.join(names[:3])}{', ...' if len(names) > 3 else ''}" for k, names in groups.items()
+    )
+    raise DataError(
+        f"data.source: {d.source} holds files of {len(groups)} formats ({listing}); keep one format there or "
+        "select one with a glob such as data/raw/*.csv"
+    )
+
+
+def _unknown_extension(path: Path, root: Path) -> NoReturn:
+    raise DataError(
+        f"data.source: cannot tell the format of {_shown(path, root)} from its extension "
+        f"{path.suffix or '(none)'!r} (data.format: auto); set data.format to csv, tsv, parquet or jsonl, or "
+        "rename the file (.csv, .tsv, .parquet, .jsonl)"
+    )
+
+
+# --- readers ----------------------------------------------------------------------------------------------------
+
+
+def _read_builtin(source: str) -> RawTable:
     from sklearn import datasets
 
-    if name not in BUILTIN:
-        raise DataError(f"data.source: unknown built-in dataset {name!r}; choose one of {', '.join(BUILTIN)}")
-    bunch = getattr(datasets, f"load_{name}")(as_frame=True)
-    frame: pd.DataFrame = bunch.frame
+    name = source.removeprefix("builtin:")
+    if name not in BUILTIN_DATASETS:
+        raise DataError(
+            f"data.source: unknown built-in dataset {name!r}; choose one of "
+            f"builtin:{', builtin:'.join(BUILTIN_DATASETS)}"
+        )
+    # load_* read files inside scikit-learn's package: nothing is downloaded.
+    frame: pd.DataFrame = getattr(datasets, f"load_{name}")(as_frame=True).frame
+    frame = frame.reset_index(drop=True)
+    frame.columns = [str(c) for c in frame.columns]
+    n = len(frame)
+    return RawTable(frame, source, [], np.zeros(n, dtype=np.int32), np.arange(n, dtype=np.int64), "builtin")
+
+
+def _read_csv(path: Path, shown: str, fmt: str, delimiter: str, d: DataParams) -> pa.Table:
+    names = list(d.columns) if d.columns is not None else None
+    if names is not None:
+        _check_unique(names, "data.columns names")  # "data.columns names 'a' more than once"
+    read_options = pv.ReadOptions(
+        use_threads=True,
+        block_size=BLOCK_SIZE,
+        encoding=d.encoding,
+        column_names=names,
+        autogenerate_column_names=not d.header and names is None,
+    )
+    parse_options = pv.ParseOptions(delimiter=delimiter, newlines_in_values=True, ignore_empty_lines=True)
+    convert_options = pv.ConvertOptions(
+        null_values=NA_VALUES, strings_can_be_null=True, quoted_strings_can_be_null=True
+    )
+    try:
+        table = pv.read_csv(
+            path, read_options=read_options, parse_options=parse_options, convert_options=convert_options
+        )
+        table.schema.names  # noqa: B018 -- a header that is not UTF-8 fails here, when names are decoded
+    except (pa.ArrowException, ValueError) as exc:  # ArrowInvalid (a ValueError), UnicodeDecodeError
+        raise _csv_error(path, shown, fmt, delimiter, d, exc) from None
+    except OSError as exc:
+        raise DataError(f"data.source: cannot read {shown}: {exc}") from None
+    if any(pa.types.is_binary(t) or pa.types.is_large_binary(t) for t in table.schema.types):
+        # pyarrow reads values that are not valid UTF-8 as bytes instead of failing: the file is in another encoding.
+        raise _decode_error(path, shown, delimiter, d) or DataError(
+            f"data.source: {shown} has values that are not valid {d.encoding}; set data.encoding to the file's encoding"
+        )
+    if not d.header and names is None:
+        table = table.rename_columns([f"column_{i + 1}" for i in range(table.num_columns)])
+    elif d.header:
+        fixed = [n if n != "" else f"column_{i + 1}" for i, n in enumerate(table.column_names)]
+        if fixed != table.column_names:
+            table = table.rename_columns(fixed)
+        if _repeated(fixed):
+            line = _header_line(path, delimiter, d.encoding)
+            _check_unique(fixed, f"data.source: {shown}, line {line}: the header names")
+    _check_closed_quotes(table, path, shown, delimiter, d)
+    return table
+
+
+def _check_closed_quotes(table: pa.Table, path: Path, shown: str, delimiter: str, d: DataParams) -> None:
+    """pyarrow accepts a quote left open at the end of a file: its value swallows every line after it. Such a value
+    can only be the last one of the file and holds a line break, while the file does not end with a closing quote."""
+    if table.num_rows == 0 or table.num_columns == 0:
+        return
+    last = table.column(table.num_columns - 1)
+    if not (pa.types.is_string(last.type) or pa.types.is_large_string(last.type)):
+        return
+    value = last[table.num_rows - 1].as_py()
+    if value is None or ("\n" not in value and "\r" not in value):
+        return
+    with path.open("rb") as f:
+        f.seek(max(f.seek(0, 2) - 16, 0))
+        tail = f.read().rstrip(b"\r\n\x00 \t")
+    if tail.endswith(b'"'):
+        return
+    record = table.num_rows - 1
+    line = _csv_record_lines(path, delimiter, d.encoding, d.header, {record}).get(record)
+    at = f", line {line}" if line is not None else ""
+    raise DataError(
+        f"data.source: {shown}{at}: a quoted value is never closed and runs to the end of the file; add the "
+        'missing closing quote (")'
+    )
+
+
+def _repeated(names: list[str]) -> list[str]:
+    seen: set[str] = set()
+    twice: list[str] = []
+    for n in names:
+        if n in seen and n not in twice:
+            twice.append(n)
+        seen.add(n)
+    return twice
+
+
+def _check_unique(names: list[str], what: str) -> None:
+    twice = _repeated(names)
+    if twice:
+        raise DataError(f"{what} {', '.join(repr(n) for n in twice)} more than once; column names must be unique")
+
+
+def _read_jsonl(path: Path, shown: str, encoding: str) -> pa.Table:
+    utf8 = codecs.lookup(encoding).name == "utf-8"
+    source: Any = path
+    if not utf8:  # pyarrow.json reads UTF-8 only: transcode in memory
+        try:
+            source = pa.BufferReader(path.read_bytes().decode(encoding).encode("utf-8"))
+        except UnicodeDecodeError:
+            raise _decode_error(path, shown, None, None, encoding) or DataError(
+                f"data.source: {shown} is not valid {encoding}; set data.encoding to the file's encoding"
+            ) from None
+    try:
+        table = pj.read_json(
+            source,
+            read_options=pj.ReadOptions(use_threads=True, block_size=BLOCK_SIZE),
+            parse_options=pj.ParseOptions(newlines_in_values=False),
+        )
+    except (pa.ArrowException, ValueError) as exc:
+        if "Empty JSON" in str(exc):
+            raise DataError(f"data.source: {shown} is empty: no rows") from None
+        # Locate an invalid line; if every line is valid JSON, pyarrow failed on a column whose type changes between
+        # rows: build the table from the parsed records, as strings where values of a column disagree.
+        return _jsonl_fallback(path, shown, encoding)
+    if utf8:
+        try:  # pyarrow.json does not check that strings are UTF-8
+            table.validate(full=True)
+            table.schema.names  # noqa: B018 -- decoding the names checks them
+        except (pa.ArrowInvalid, UnicodeDecodeError):
+            raise _decode_error(path, shown, None, None, encoding) or DataError(
+                f"data.source: {shown} is not valid {encoding}; set data.encoding to the file's encoding"
+            ) from None
+    return _na_to_null(table)
+
+
+def _na_to_null(table: pa.Table) -> pa.Table:
+    """String columns of a JSON table: NA spellings become nulls, as in csv files."""
+    na = pa.array(NA_VALUES, pa.string())
+    for i, f in enumerate(table.schema):
+        if pa.types.is_string(f.type) or pa.types.is_large_string(f.type):
+            column = table.column(i)
+            mask = pc.is_in(column, value_set=na)
+            if pc.any(mask).as_py():
+                table = table.set_column(i, f, pc.if_else(mask, pa.scalar(None, f.type), column))
+    return table
+
+
+def _jsonl_fallback(path: Path, shown: str, encoding: str) -> pa.Table:
+    records: list[dict[str, Any]] = []
+    try:
+        with path.open(encoding=encoding) as f:
+            for line_no, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    value = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise DataError(
+                        f"data.source: {shown}, line {line_no}: not valid JSON ({exc.msg} at character {exc.colno}); "
+                        "each line must hold one JSON object"
+                    ) from None
+                if not isinstance(value, dict):
+                    raise DataError(
+                        f"data.source: {shown}, line {line_no}: expected one JSON object per line, found a "
+                        f"{type(value).__name__}"
+                    )
+                records.append(value)
+    except UnicodeDecodeError:
+        raise _decode_error(path, shown, None, None, encoding) or DataError(
+            f"data.source: {shown} is not valid {encoding}; set data.encoding to the file's encoding"
+        ) from None
+    if not records:
+        raise DataError(f"data.source: {shown} is empty: no rows")
+    names: dict[str, None] = {}
+    for r in records:
+        names.update(dict.fromkeys(r))
+    columns: dict[str, pa.Array] = {}
+    for name in names:
+        values = [r.get(name) for r in records]
+        values = [None if isinstance(v, str) and v in _NA_SET else v for v in values]
+        try:
+            columns[name] = pa.array(values)
+        except (pa.ArrowException, ValueError, TypeError, OverflowError):
+            columns[name] = pa.array(
+                [v if v is None or isinstance(v, str) else json.dumps(v) for v in values], pa.string()
+            )
+    return pa.table(columns)
+
+
+def _read_parquet(path: Path, shown: str) -> pa.Table:
+    try:
+        table = pq.read_table(path, use_threads=True)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise DataError(f"data.source: {shown} is not a readable Parquet file ({first})") from None
+    meta = table.schema.pandas_metadata or {}
+    unnamed_index = [
+        c for c in meta.get("index_columns", []) if isinstance(c, str) and re.fullmatch(r"__index_level_\d+__", c)
+    ]
+    if unnamed_index:  # a pandas index without a name: row labels, not data (a named index stays as a column)
+        table = table.drop_columns(unnamed_index)
+    return table.replace_schema_metadata(None)
+
+
+# --- combining files --------------------------------------------------------------------------------------------
+
+
+def _concat(tables: list[pa.Table], files: list[Path], root: Path) -> pa.Table:
+    """One table from the files' tables: same column names required (order may differ), types unified."""
+    if len(tables) == 1:
+        return tables[0]
+    names = tables[0].column_names
+    for i in range(1, len(tables)):
+        other = tables[i].column_names
+        if other != names:
+            missing = [n for n in names if n not in other]
+            extra = [n for n in other if n not in names]
+            if missing or extra or len(other) != len(names):
+                parts = [f"lacks {missing}" if missing else "", f"has extra {extra}" if extra else ""]
+                detail = " and ".join(p for p in parts if p) or "repeats a column name"
+                raise DataError(
+                    f"data.source: {_shown(files[i], root)} has other columns than {_shown(files[0], root)}: it "
+                    f"{detail}; files of one source must have the same columns"
+                )
+            tables[i] = tables[i].select(names)
+    for j, name in enumerate(names):
+        types = [t.schema.field(j).type for t in tables]
+        if all(t == types[0] for t in types):
+            continue
+        target = _common_type(name, types)
+        for i, t in enumerate(tables):
+            if t.schema.field(j).type != target:
+                try:
+                    tables[i] = t.set_column(j, pa.field(name, target), t.column(j).cast(target))
+                except (pa.ArrowException, ValueError) as exc:
+                    raise DataError(
+                        f"data.source: column {name!r} of {_shown(files[i], root)} is {t.schema.field(j).type}, "
+                        f"which cannot be combined with the other files' {target} ({exc})"
+                    ) from None
+    return pa.concat_tables(tables, promote_options="default")
+
+
+def _common_type(name: str, types: list[pa.DataType]) -> pa.DataType:
+    """The type a column takes when files disagree: a numeric promotion when there is one, else string."""
+    known = [t for t in types if not pa.types.is_null(t)]
+    if not known:
+        return pa.null()
+    if all(t == known[0] for t in known):
+        return known[0]
+    try:
+        schemas = [pa.schema([pa.field(name, t)]) for t in known]
+        return pa.unify_schemas(schemas, promote_options="permissive").field(0).type
+    except (pa.ArrowException, ValueError, TypeError):
+        return pa.string()
+
+
+def _to_pandas(table: pa.Table) -> pd.DataFrame:
+    frame = table.to_pandas(split_blocks=True, self_destruct=True, date_as_object=False)
+    frame.columns = [str(c) for c in frame.columns]
     return frame
 
 
-def read_file(path: Path) -> pd.DataFrame:
-    if not path.exists():
-        raise DataError(f"data.source: file {path} does not exist; put the data there or fix data.source")
-    suffix = path.suffix.lower()
+# --- locating problems in text files (only when reporting one) --------------------------------------------------
+
+
+def _open_text(path: Path, encoding: str) -> Any:
+    name = codecs.lookup(encoding).name
+    return path.open(encoding="utf-8-sig" if name == "utf-8" else encoding, errors="replace", newline="")
+
+
+def _csv_records(path: Path, delimiter: str, encoding: str) -> Iterator[tuple[int, int, list[str]]]:
+    """(first line, last line, fields) of each non-blank record, as pyarrow reads them (blank lines skipped)."""
+    csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
+    with _open_text(path, encoding) as f:
+        reader = csv.reader(f, delimiter=delimiter)
+        last = 0
+        for row in reader:
+            first, last = last + 1, reader.line_num
+            if row:
+                yield first, last, row
+
+
+def _csv_record_lines(path: Path, delimiter: str, encoding: str, header: bool, records: set[int]) -> dict[int, int]:
+    """Record number (0-based, header not counted; -1 = the header) -> the line where it starts."""
+    out: dict[int, int] = {}
+    if not records:
+        return out
     try:
-        if suffix == ".parquet":
-            return pd.read_parquet(path)
-        if suffix in (".jsonl", ".ndjson"):
-            return pd.read_json(path, lines=True)
-        if suffix in (".csv", ".tsv", ".txt"):
-            return pd.read_csv(path, sep="\t" if suffix == ".tsv" else ",")
-    except (ValueError, OSError) as exc:
-        raise DataError(f"data.source: cannot read {path}: {exc}") from None
-    raise DataError(f"data.source: {path} has an unsupported extension {suffix!r}; use .csv, .tsv, .parquet or .jsonl")
+        for k, (first, _, _) in enumerate(_csv_records(path, delimiter, encoding), -1 if header else 0):
+            if k in records:
+                out[k] = first
+                if len(out) == len(records):
+                    break
+    except (OSError, csv.Error):
+        pass
+    return out
 
 
-def read_source(source: str, root: Path) -> pd.DataFrame:
-    """The raw table named by `data.source` (a path relative to `root`, or builtin:<name>)."""
-    if source.startswith("builtin:"):
-        return read_builtin(source.removeprefix("builtin:"))
-    path = Path(source)
-    return read_file(path if path.is_absolute() else root / path)
+def _csv_start_lines(path: Path, delimiter: str, encoding: str, header: bool, upto: int) -> array[int]:
+    """The line on which each data record 0..upto starts (fewer if the file has fewer records)."""
+    out: array[int] = array("q")
+    try:
+        records = _csv_records(path, delimiter, encoding)
+        if header:
+            next(records, None)
+        for first, _, _ in records:
+            out.append(first)
+            if len(out) > upto:
+                break
+    except (OSError, csv.Error):
+        pass
+    return out
+
+
+def _jsonl_start_lines(path: Path, encoding: str, upto: int) -> array[int]:
+    """The line of each record 0..upto of a jsonl file (blank lines are not records)."""
+    out: array[int] = array("q")
+    try:
+        with path.open(encoding=encoding, errors="replace") as f:
+            for line_no, line in enumerate(f, 1):
+                if line.strip():
+                    out.append(line_no)
+                    if len(out) > upto:
+                        break
+    except OSError:
+        pass
+    return out
+
+
+def _header_line(path: Path, delimiter: str, encoding: str) -> int:
+    return _csv_record_lines(path, delimiter, encoding, True, {-1}).get(-1, 1)
+
+
+def _csv_error(path: Path, shown: str, fmt: str, delimiter: str, d: DataParams, exc: Exception) -> DataError:
+    """The DataError for a csv/tsv file pyarrow could not read: its file and line, what is wrong, what to do."""
+    message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if "Empty CSV" in message:
+        return DataError(f"data.source: {shown} is empty: no rows")
+    decoding = isinstance(exc, UnicodeDecodeError) or "UTF8" in message or "decode" in message
+    checks = [_decode_error, _field_count_error] if decoding else [_field_count_error, _decode_error]
+    for check in checks:
+        error = check(path, shown, delimiter, d)
+        if error is not None:
+            return error
+    return DataError(f"data.source: cannot read {shown} as {fmt} (delimiter {delimiter!r}): {message}")
+
+
+def _field_count_error(path: Path, shown: str, delimiter: str, d: DataParams | None, *_: Any) -> DataError | None:
+    """The first record whose field count differs from the header's (or data.columns', or the first line's)."""
+    assert d is not None
+    expected: int | None = len(d.columns) if d.columns is not None else None
+    basis = "data.columns names" if d.columns is not None else "the header has" if d.header else "the first line has"
+    try:
+        for first, last, row in _csv_records(path, delimiter, d.encoding):
+            if expected is None:
+                expected = len(row)
+                if d.header:
+                    continue
+            if len(row) == expected:
+                continue
+            found = len(row)
+            if last > first:
+                hint = f"the record runs from line {first} to {last}: an unbalanced quote?"
+            elif d.columns is not None:
+                hint = "fix data.columns or the line"
+            elif expected == 1 and d.header:
+                hint = f"is data.delimiter right ({delimiter!r})?"
+            elif found > expected:
+                hint = "a delimiter inside an unquoted value? Quote it, or fix the line"
+            else:
+                hint = "a value missing with its delimiter, or a line cut short?"
+            return DataError(
+                f"data.source: {shown}, line {first}: expected {expected} fields ({basis} {expected}), found {found}"
+                f" — {hint}"
+            )
+    except (OSError, csv.Error):
+        return None
+    return None
+
+
+def _decode_error(
+    path: Path, shown: str, delimiter: str | None, d: DataParams | None, encoding: str | None = None
+) -> DataError | None:
+    """The first byte that is not valid in the file's encoding, with its line (and column for csv/tsv)."""
+    encoding = encoding or (d.encoding if d is not None else "utf-8")
+    decoder = codecs.getincrementaldecoder(encoding)("strict")
+    line = 1
+    try:
+        with path.open("rb") as f:
+            for raw in f:
+                try:
+                    text = decoder.decode(raw)
+                except UnicodeDecodeError as exc:
+                    bad = exc.object[exc.start : exc.end]
+                    column = _column_of(raw[: max(exc.start, 0)], path, delimiter, d, encoding)
+                    hint = (
+                        "set data.encoding to the file's encoding (latin-1 or cp1252 for most Western exports)"
+                        if codecs.lookup(encoding).name == "utf-8"
+                        else "set data.encoding to the file's encoding"
+                    )
+                    return DataError(
+                        f"data.source: {shown}, line {line}{column}: byte 0x{bad[:1].hex()} is not valid "
+                        f"{encoding} (data.encoding: {encoding}); {hint}"
+                    )
+                line += text.count("\n")
+            decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        return DataError(
+            f"data.source: {shown}, line {line}: the file ends inside a character of {encoding}; set data.encoding"
+        )
+    except OSError:
+        return None
+    return None
+
+
+def _column_of(prefix: bytes, path: Path, delimiter: str | None, d: DataParams | None, encoding: str) -> str:
+    """The ", column 'name'" suffix for the field a bad byte sits in, when the line is one simple csv/tsv record."""
+    if delimiter is None or d is None:
+        return ""
+    try:
+        fields = next(csv.reader([prefix.decode(encoding, errors="replace")], delimiter=delimiter), [""])
+    except csv.Error:
+        return ""
+    index = max(len(fields) - 1, 0)
+    if d.columns is not None:
+        names = list(d.columns)
+    elif d.header:
+        header = next((row for _, _, row in _csv_records(path, delimiter, encoding)), [])
+        names = header
+    else:
+        names = [f"column_{i + 1}" for i in range(index + 1)]
+    if index >= len(names) or "\ufffd" in names[index]:  # the bad byte is in the header itself
+        return ""
+    return f", column {names[index]!r}"

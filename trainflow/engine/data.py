@@ -64,6 +64,10 @@ class TensorData:
     def batch(self, idx: torch.Tensor) -> Batch:
         return Batch({"x": self.x[idx]}, self.y[idx], count=len(idx))
 
+    def to(self, device: torch.device) -> None:
+        self.device = self.index_device = device
+        self.x, self.y = self.x.to(device), self.y.to(device)
+
     def subset(self, idx: torch.Tensor) -> TensorData:
         return TensorData(self.x[idx.to(self.device)], self.y[idx.to(self.device)], self.device)
 
@@ -132,6 +136,9 @@ class TextData:
             count=count,
             tokens=n_tokens,
         )
+
+    def to(self, device: torch.device) -> None:
+        self.device = device  # where batches go; the sequences stay on the host for padding
 
     def subset(self, idx: torch.Tensor) -> TextData:
         keep = idx.cpu().tolist()

@@ -9,7 +9,7 @@ import pandas as pd
 
 from trainflow import plots
 from trainflow.errors import UserError
-from trainflow.io import write_json
+from trainflow.io import atomic_dir, write_json
 from trainflow.params import PipelineParams
 from trainflow.paths import Paths
 from trainflow.predict import ExportedModel
@@ -27,18 +27,36 @@ def classification_metrics(labels: np.ndarray, proba: np.ndarray) -> dict[str, f
     }
 
 
+def regression_metrics(y: np.ndarray, predicted: np.ndarray) -> dict[str, float]:
+    from sklearn.metrics import mean_absolute_error, mean_squared_error, r2_score
+
+    return {
+        "r2": float(r2_score(y, predicted)),
+        "rmse": float(np.sqrt(mean_squared_error(y, predicted))),
+        "mae": float(mean_absolute_error(y, predicted)),
+    }
+
+
 def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
-    if not paths.split_file("test").is_file():
-        raise UserError(f"evaluate: {paths.split_file('test')} is missing; run `trainflow stage split` first")
+    test_file = paths.split_file("test")
+    if not test_file.is_file():
+        raise UserError(f"evaluate: {test_file} is missing; run `trainflow stage split` first")
     exported = ExportedModel.load(paths.final)
-    test = pd.read_parquet(paths.split_file("test"))
-    labels = exported.pre.labels_array(test, str(paths.split_file("test")))
-    proba = exported.predict_proba(test, batch_size=params.evaluate.batch_size)
-    metrics: dict[str, Any] = {**classification_metrics(labels, proba), "n_test": len(test)}
-    predicted = proba.argmax(axis=1)
-    classes = exported.pre.classes
-    confusion = pd.DataFrame({"actual": np.asarray(classes)[labels], "predicted": np.asarray(classes)[predicted]})
-    plots.write_csv(confusion, paths.plots / "confusion.csv")
-    plots.confusion_matrix(labels, predicted, classes, paths.plots / "confusion_matrix.png")
+    test = pd.read_parquet(test_file)
+    labels = exported.pre.labels(test, str(test_file))
+    outputs = exported.outputs(test, batch_size=params.evaluate.batch_size, where=str(test_file))
+    # One folder of test plots, replaced whole: a regression run leaves no stale confusion matrix behind.
+    with atomic_dir(paths.test_plots) as out:
+        if exported.pre.task == "regression":
+            metrics: dict[str, Any] = {**regression_metrics(labels, outputs), "n_test": len(test)}
+            plots.write_csv(pd.DataFrame({"actual": labels, "predicted": outputs}), out / "predictions.csv")
+            plots.predicted_vs_actual(labels, outputs, out / "predicted_vs_actual.png")
+        else:
+            metrics = {**classification_metrics(labels, outputs), "n_test": len(test)}
+            predicted = outputs.argmax(axis=1)
+            classes = np.asarray(exported.pre.classes)
+            confusion = pd.DataFrame({"actual": classes[labels], "predicted": classes[predicted]})
+            plots.write_csv(confusion, out / "confusion.csv")
+            plots.confusion_matrix(labels, predicted, list(classes), out / "confusion_matrix.png")
     write_json(paths.metrics, metrics)
     return metrics

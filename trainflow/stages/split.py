@@ -1,4 +1,4 @@
-"""split: seeded, stratified train/val/test split of the processed table."""
+"""split: seeded train/val/test split of the processed table, stable under appended rows."""
 
 from __future__ import annotations
 
@@ -19,8 +19,7 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
         raise UserError(f"split: {paths.table} is missing; run `trainflow stage ingest` first")
     schema = Schema.read(paths.schema)
     table = pd.read_parquet(paths.table)
-    labels = table[schema.target].astype(str) if params.split.stratify else None
-    parts = split_frame(table, labels, params.split.val_fraction, params.split.test_fraction, params.seed)
+    parts = split_frame(table, schema, params.split, params.seed)
     with atomic_dir(paths.splits) as tmp:
         for name in SPLITS:
             parts[name].to_parquet(tmp / paths.split_file(name).name, index=False)

@@ -18,7 +18,6 @@ from trainflow import plots, tracking
 from trainflow.data.preprocess import Preprocessor
 from trainflow.data.schema import Schema
 from trainflow.data.split import SPLITS
-from trainflow.engine.data import TensorData
 from trainflow.engine.objective import Objective
 from trainflow.engine.precision import resolve_device, resolve_precision
 from trainflow.engine.trainer import Trainer
@@ -27,7 +26,7 @@ from trainflow.io import atomic_dir, sha256_files, sha256_json, write_json
 from trainflow.models import build_model
 from trainflow.params import PipelineParams
 from trainflow.paths import Paths
-from trainflow.predict import CONFIG, PREPROCESS, WEIGHTS
+from trainflow.predict import CONFIG, WEIGHTS, model_inputs
 
 # Train params that do not change the trained weights: a checkpoint written under other values may still be resumed.
 NOT_IN_FINGERPRINT = {
@@ -63,7 +62,14 @@ def fingerprint(params: PipelineParams, data: str) -> str:
     """What a checkpoint must match to be resumed: training params, model, seed, data and training code."""
     train = params.train.model_dump(exclude=NOT_IN_FINGERPRINT)
     return sha256_json(
-        {"seed": params.seed, "model": params.model.model_dump(), "train": train, "data": data, "code": code_hash()}
+        {
+            "seed": params.seed,
+            "model": params.model.model_dump(),
+            "features": params.features.model_dump(),
+            "train": train,
+            "data": data,
+            "code": code_hash(),
+        }
     )
 
 
@@ -73,15 +79,14 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
             raise UserError(f"train: {paths.split_file(s)} is missing; run `trainflow stage split` first")
     schema = Schema.read(paths.split_schema)
     frames = {s: pd.read_parquet(paths.split_file(s)) for s in ("train", "val")}
-    pre = Preprocessor.fit(frames["train"], schema)
+    pre = Preprocessor.fit(frames["train"], schema, params.features)
     device = resolve_device(params.train.device)
     precision = resolve_precision(params.train.precision, device)
-    train, val = (
-        TensorData(torch.from_numpy(pre.features_array(f, s)), torch.from_numpy(pre.labels_array(f, s)), device)
-        for s, f in frames.items()
-    )
+    train, val = (model_inputs(pre, f, str(paths.split_file(s)), with_labels=True) for s, f in frames.items())
+    for data in (train, val):
+        data.to(device)  # tables move to the training device; text batches are padded on the host, then copied
     seed_everything(params.seed)
-    config = model_config(params, len(schema.features), len(schema.classes))
+    config = model_config(params, pre)
     model = build_model(config)
     dhash = data_hash(paths)
 
@@ -99,7 +104,7 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
             seed=params.seed,
             device=device,
             precision=precision,
-            objective=Objective("classification"),
+            objective=Objective(schema.task),
             checkpoint_dir=paths.checkpoints,
             fingerprint=fingerprint(params, dhash),
             logger=logger,
@@ -120,7 +125,7 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
             "device": device.type,
             "data_sha256": dhash,
         }
-        export(model, config, pre, summary, paths.final)
+        export(model, config, pre, schema, summary, paths.final)
         history = pd.DataFrame(state.history)
         plots.write_csv(history, paths.plots / "history.csv")
         plots.training_curves(history, paths.plots / "training_curves.png")
@@ -137,26 +142,51 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
     return {**summary, "mlflow_run_id": info["run_id"]}
 
 
-def model_config(params: PipelineParams, n_features: int, n_outputs: int) -> dict[str, Any]:
+def model_config(params: PipelineParams, pre: Preprocessor) -> dict[str, Any]:
     """The model's JSON config: what build_model() needs to rebuild it at evaluation and prediction."""
     m = params.model
-    if m.name == "text_transformer":
+    name = m.name
+    if name == "auto":
+        name = "text_transformer" if pre.text_column else "mlp"
+    outputs = len(pre.classes) if pre.task == "classification" else 1
+    if name == "mlp" and pre.text_column:
         raise UserError(
-            "model.name text_transformer trains on text, but this pipeline's data is a table of numeric features; "
-            "use model.name: mlp (text input through a trained tokenizer comes with the data layer)"
+            f"model.name mlp takes a table of features, but data.text_column is {pre.text_column!r}; "
+            "use model.name: text_transformer (or auto)"
         )
-    config: dict[str, Any] = {"name": m.name, "in_features": n_features, "out_features": n_outputs}
-    if m.name == "mlp":
-        config |= {"hidden_sizes": m.hidden_sizes, "dropout": m.dropout}
+    if name == "text_transformer" and not pre.text_column:
+        raise UserError("model.name text_transformer needs text: set data.text_column (or use model.name: auto)")
+    config: dict[str, Any] = {"name": name, "out_features": outputs}
+    if name == "text_transformer":
+        config |= {
+            "vocab_size": pre.vocab_size,
+            "max_len": params.features.max_length + 1,  # + [CLS]
+            "d_model": m.d_model,
+            "n_heads": m.n_heads,
+            "n_layers": m.n_layers,
+            "dropout": m.dropout,
+        }
+    else:
+        config["in_features"] = pre.width
+        if name == "mlp":
+            config |= {"hidden_sizes": m.hidden_sizes, "dropout": m.dropout}
     return config | m.kwargs
 
 
-def export(model: nn.Module, config: dict[str, Any], pre: Preprocessor, summary: dict[str, Any], dest: Path) -> None:
+def export(
+    model: nn.Module,
+    config: dict[str, Any],
+    pre: Preprocessor,
+    schema: Schema,
+    summary: dict[str, Any],
+    dest: Path,
+) -> None:
     """models/final: weights as safetensors, model config and preprocessing as JSON. Nothing here is pickled."""
     with atomic_dir(dest) as tmp:
         save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(tmp / WEIGHTS))
         write_json(tmp / CONFIG, config)
-        pre.save(tmp / PREPROCESS)
+        pre.save(tmp)
+        write_json(tmp / "schema.json", schema.to_json())
         write_json(tmp / "training.json", summary)
 
 
@@ -169,7 +199,8 @@ def log_model(final: Path, example: pd.DataFrame) -> str:
     from trainflow.predict import ExportedModel
 
     exported = ExportedModel.load(final)
-    inputs = example[exported.pre.features]
+    pre = exported.pre
+    inputs = example[[*pre.raw_features, *([pre.text_column] if pre.text_column else [])]]
 
     package = Path(trainflow.__file__).parent
     with warnings.catch_warnings():

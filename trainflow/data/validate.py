@@ -1,0 +1,658 @@
+"""Ingest's checks: decide the schema once from the raw table, and type the table by it.
+
+`infer_schema(table, d, previous)` returns the `Schema` and the cleaned table (features, then the text column, then
+the target, typed as `Schema`'s docstring says). Every problem the user can fix raises DataError with one line that
+names the file, line and column (via `table.where`) and what to change. The success path is vectorised pandas/numpy:
+per-value Python runs only over a column's distinct values or to build an error message.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import numpy as np
+import pandas as pd
+from pandas.api.types import (
+    infer_dtype,
+    is_bool_dtype,
+    is_datetime64_any_dtype,
+    is_numeric_dtype,
+    is_object_dtype,
+)
+
+from trainflow.data.schema import Kind, Schema
+from trainflow.errors import DataError
+from trainflow.params import DataParams
+
+Task = Literal["classification", "regression"]
+
+# A string column is numeric (and its other values are typos) when at least this share of its values are numbers;
+# the same rule makes a column of ISO dates with a few stray values a datetime column with errors.
+TYPED_SHARE = 0.95
+# task auto: a numeric target is regression with more than this many distinct values ...
+REGRESSION_MIN_DISTINCT = 20
+# ... that are also more than this fraction of the rows ...
+REGRESSION_MIN_FRACTION = 0.05
+# ... unless they are integer-coded classes: the integers 0..K-1 or 1..K with K at most this.
+INT_CODED_MAX = 100
+BOOL_WORDS = {"true": True, "false": False, "yes": True, "no": False}
+ISO_DATE = r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}(?::?\d{2})?)?)?"
+ISO_TZ = r"(?:Z|[+-]\d{2}(?::?\d{2})?)$"
+MISSING_KIND = "entirely missing"  # internal kind of a column with no values (an error unless it is not used)
+
+
+class Table(Protocol):
+    """What infer_schema reads of trainflow.data.sources.RawTable."""
+
+    @property
+    def frame(self) -> pd.DataFrame: ...
+
+    @property
+    def source(self) -> str: ...
+
+    def where(self, row: int, column: str | None = None) -> str: ...
+
+
+@dataclass
+class _Column:
+    name: str
+    kind: str  # a Kind, or MISSING_KIND
+    values: Any  # np.ndarray or pandas ExtensionArray, one value per raw row
+    problem: DataError | None = None  # raised after the drift check, so drift is reported first
+
+
+@dataclass
+class _Target:
+    task: Task
+    values: Any  # float64 (regression) or str labels (classification), one per raw row
+    classes: list[str] = field(default_factory=list)
+    unseen: np.ndarray | None = None  # rows whose label the previous schema does not know
+    codes: np.ndarray | None = None  # classification: index into `labels` per row
+    labels: list[str] = field(default_factory=list)  # classification: the distinct labels, codes index them
+
+
+def infer_schema(table: Table, d: DataParams, previous: Schema | None = None) -> tuple[Schema, pd.DataFrame]:
+    """The schema of `table` under `d`, checked against `previous` (the schema the current model was trained on), and
+    the table typed by it with rows dropped as `d` says. Raises DataError naming file, line and column."""
+    frame = table.frame
+    columns = _check_columns(table, d)
+    features = _features(table, d, columns)
+    cols = [_column(table, d, columns[c]) for c in features]
+    if d.text_column is not None:
+        cols.append(_text(table, d.text_column, columns[d.text_column]))
+    kinds = {c.name: c.kind for c in cols}
+    if previous is not None:
+        _check_drift(table, d, previous, features, kinds, columns)
+    for col in cols:
+        if col.problem is not None:
+            raise col.problem
+    target = _target(table, d, columns[d.target], previous)
+
+    n = len(frame)
+    keep: np.ndarray | None = None  # None = every row
+    dropped: dict[str, int] = {}
+    if target.unseen is not None:
+        keep = ~target.unseen
+        dropped["unseen_labels"] = int(target.unseen.sum())
+    if d.missing != "impute":
+        keep = _missing(table, d, cols, keep, dropped)
+
+    # no copies: float64 columns of the raw table are shared, object arrays stay object (pandas would make them "str")
+    data = {c.name: _series(c.values) for c in cols}
+    data[d.target] = _series(target.values)
+    out = pd.DataFrame(data, copy=False)
+    if d.duplicates != "keep":
+        keep = _duplicates(table, d, out, keep, dropped)
+    if keep is not None and not keep.all():
+        out = out[keep].reset_index(drop=True)
+    n_rows = len(out)
+    if n_rows == 0:
+        reasons = ", ".join(f"{k}: {v}" for k, v in dropped.items())
+        raise DataError(
+            f"data.source: {table.source}: no rows left after dropping {n} of {n} ({reasons}); "
+            "fix the data or set data.missing/data.duplicates/data.unseen_labels to keep them"
+        )
+    classes = target.classes
+    if target.task == "classification" and not classes:
+        classes = _classes(table, d, target, keep)
+    return (
+        Schema(
+            source=table.source,
+            target=d.target,
+            task=target.task,
+            features=features,
+            kinds={c.name: _kind(c.kind) for c in cols},
+            classes=classes,
+            n_rows=n_rows,
+            text_column=d.text_column,
+            dropped=dropped,
+        ),
+        out,
+    )
+
+
+def _series(values: Any) -> pd.Series:
+    dtype = object if isinstance(values, np.ndarray) and values.dtype == object else None
+    return pd.Series(values, dtype=dtype, copy=False)
+
+
+# --- columns and params ----------------------------------------------------------------------------------------------
+
+
+def _names(names: Iterable[object], limit: int = 30) -> str:
+    names = [str(c) for c in names]
+    shown = ", ".join(repr(c) for c in names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _check_columns(table: Table, d: DataParams) -> dict[str, Any]:
+    """Map column name -> frame label, after checking the params' column names against the table."""
+    frame, src = table.frame, f"data.source: {table.source}"
+    columns = {str(c): c for c in frame.columns}
+    if len(columns) < frame.shape[1]:
+        seen: set[str] = set()
+        twice = [c for c in map(str, frame.columns) if c in seen or seen.add(c)]  # type: ignore[func-returns-value]
+        raise DataError(f"{src}: column names appear more than once: {_names(dict.fromkeys(twice))}; rename them")
+    if len(frame) == 0:
+        raise DataError(f"{src}: the data has no rows; point data.source at a file with data")
+    available = f"the columns are: {_names(columns)}"
+    if d.target not in columns:
+        raise DataError(f"{src}: data.target {d.target!r} is not a column; {available}. Set data.target to one of them")
+    problems = []
+    for key, names in (("data.features", d.features or []), ("data.exclude", d.exclude)):
+        unknown = [c for c in names if c not in columns]
+        if unknown:
+            problems.append(f"{key} names columns that do not exist: {_names(unknown)}")
+    if d.text_column is not None and d.text_column not in columns:
+        problems.append(f"data.text_column {d.text_column!r} is not a column")
+    if problems:
+        raise DataError(f"{src}: {'; '.join(problems)}; {available}")
+    if d.features is not None:
+        twice = [c for c in dict.fromkeys(d.features) if d.features.count(c) > 1]
+        if twice:
+            raise DataError(f"{src}: data.features lists {_names(twice)} more than once; list each column once")
+    if d.text_column is not None and d.text_column in (d.features or []):
+        raise DataError(
+            f"{src}: data.features lists the text column {d.text_column!r}; the text column is modelled on its own, "
+            "remove it from data.features"
+        )
+    if d.text_column is not None and d.text_column in d.exclude:
+        raise DataError(
+            f"{src}: data.exclude lists the text column {d.text_column!r}; remove it there or unset data.text_column"
+        )
+    return columns
+
+
+def _features(table: Table, d: DataParams, columns: dict[str, Any]) -> list[str]:
+    if d.features is not None:
+        features = list(d.features)
+    else:  # every column but the target, the text column and data.exclude
+        skip = {d.target, d.text_column, *d.exclude}
+        features = [c for c in columns if c not in skip]
+    if not features and d.text_column is None:
+        raise DataError(
+            f"data.source: {table.source}: no feature columns are left after data.features/data.exclude "
+            f"(the columns are: {_names(columns)}); name some in data.features or shorten data.exclude"
+        )
+    return features
+
+
+def _hint(d: DataParams, column: str) -> str:
+    """How to stop using a feature column."""
+    if column == d.text_column:
+        return "or set data.text_column to another column"
+    if d.features is not None:
+        return f"or remove {column!r} from data.features"
+    return f"or add {column!r} to data.exclude"
+
+
+def _at(table: Table, row: int, column: str | None, text: str) -> DataError:
+    return DataError(f"data.source: {table.where(int(row), column)}: {text}")
+
+
+def _pct(share: float) -> int:
+    return min(99, math.floor(share * 100))
+
+
+def _kind(kind: str) -> Kind:
+    assert kind in ("numeric", "categorical", "boolean", "datetime", "text"), kind
+    return kind  # type: ignore[return-value]
+
+
+# --- features --------------------------------------------------------------------------------------------------------
+
+
+def _column(table: Table, d: DataParams, label: Any) -> _Column:
+    """Infer a feature column's kind from its values and convert it; a fixable problem is returned, not raised."""
+    name = str(label)
+    s = table.frame[label]
+    dtype = s.dtype
+    if is_object_dtype(dtype):
+        inferred = infer_dtype(s, skipna=True)
+        if inferred == "empty":
+            return _all_missing(table, d, name, s)
+        if inferred == "boolean":
+            return _Column(name, "boolean", pd.array(s, dtype="boolean"))
+        if inferred in ("integer", "floating", "mixed-integer-float", "decimal"):
+            return _numeric(table, d, name, pd.to_numeric(s).to_numpy(dtype=np.float64, na_value=np.nan))
+        if inferred in ("datetime", "datetime64", "date"):
+            try:
+                return _datetime(table, d, name, pd.Series(pd.to_datetime(s, utc=True)))
+            except (ValueError, TypeError):
+                pass  # mixed values: treat them as strings
+        return _strings(table, d, name, s)
+    if is_bool_dtype(dtype):
+        col = _Column(name, "boolean", s.array if dtype == "boolean" else pd.array(s, dtype="boolean"))
+    elif is_numeric_dtype(dtype):
+        values = s.to_numpy() if dtype == np.float64 else s.to_numpy(dtype=np.float64, na_value=np.nan)
+        return _numeric(table, d, name, values)
+    elif is_datetime64_any_dtype(dtype):
+        return _datetime(table, d, name, s)
+    else:  # str, categorical and anything else: decide from the values as text
+        return _strings(table, d, name, s)
+    if pd.isna(col.values).all():
+        return _all_missing(table, d, name, s)
+    return col
+
+
+def _all_missing(table: Table, d: DataParams, name: str, s: pd.Series) -> _Column:
+    problem = DataError(
+        f"data.source: {table.source}, column {name!r}: every value is missing; fill it in {_hint(d, name)}"
+    )
+    return _Column(name, MISSING_KIND, s.to_numpy(), problem)
+
+
+def _numeric(table: Table, d: DataParams, name: str, values: np.ndarray, problem: DataError | None = None) -> _Column:
+    nan = np.isnan(values)
+    if nan.all():
+        return _all_missing(table, d, name, pd.Series(values))
+    if problem is None and np.isinf(values).any():
+        row = int(np.argmax(np.isinf(values)))
+        problem = _at(table, row, name, f"{values[row]} is not a finite number; fix the value {_hint(d, name)}")
+    return _Column(name, "numeric", values, problem)
+
+
+def _datetime(table: Table, d: DataParams, name: str, s: pd.Series) -> _Column:
+    values, out = _to_ns(s)
+    if out is not None:
+        row = int(np.argmax(out))
+        return _Column(name, "datetime", values, _out_of_range(table, d, name, row, s.iloc[row]))
+    if np.isnat(values).all():
+        return _all_missing(table, d, name, s)
+    return _Column(name, "datetime", values)
+
+
+def _out_of_range(table: Table, d: DataParams, name: str, row: int, value: object) -> DataError:
+    return _at(table, row, name, f"{value} is out of the supported date range (1677-2262); fix it {_hint(d, name)}")
+
+
+def _to_ns(s: pd.Series) -> tuple[np.ndarray, np.ndarray | None]:
+    """datetime64[ns] values (timezones converted to UTC, then dropped), and which are out of its range (now NaT)."""
+    if getattr(s.dt, "tz", None) is not None:
+        s = s.dt.tz_convert("UTC").dt.tz_localize(None)
+    try:
+        return s.astype("datetime64[ns]").to_numpy(dtype="datetime64[ns]"), None
+    except (pd.errors.OutOfBoundsDatetime, OverflowError):
+        out = ((s < pd.Timestamp.min) | (s > pd.Timestamp.max)).to_numpy(dtype=bool, na_value=False)
+        return s.mask(out).astype("datetime64[ns]").to_numpy(dtype="datetime64[ns]"), out
+
+
+def _factorize(table: Table, name: str, s: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Codes per row (-1 = missing) and the distinct values as an object array."""
+    try:
+        codes, uniques = pd.factorize(s)
+    except TypeError:  # unhashable values: lists or objects from JSON
+        row = int(np.argmax(s.map(lambda v: isinstance(v, list | dict | set)).to_numpy(dtype=bool)))
+        raise _at(
+            table, row, name, f"{s.iloc[row]!r} is a nested value (a list or object); flatten it into columns"
+        ) from None
+    return np.asarray(codes), np.asarray(uniques, dtype=object)
+
+
+def _per_row(per_value: Any, fill: Any, codes: np.ndarray) -> np.ndarray:
+    """Values per row from values per distinct value; code -1 (missing) gets `fill`."""
+    per_value = np.asarray(per_value)
+    dtype = object if fill is None else per_value.dtype
+    return np.concatenate([per_value.astype(dtype, copy=False), np.array([fill], dtype=dtype)])[codes]
+
+
+def _row_share(ok: np.ndarray, codes: np.ndarray) -> float:
+    """The share of non-missing rows whose distinct value is `ok`."""
+    counts = np.bincount(codes[codes >= 0], minlength=len(ok))
+    return float(counts[ok].sum() / max(1, counts.sum()))
+
+
+def _first_row(bad: np.ndarray, codes: np.ndarray) -> int:
+    """The first row whose distinct value is `bad`."""
+    return int(np.argmax(_per_row(bad, False, codes)))
+
+
+def _strings(table: Table, d: DataParams, name: str, s: pd.Series) -> _Column:
+    codes, raw = _factorize(table, name, s)
+    if len(raw) == 0:
+        return _all_missing(table, d, name, s)
+    text = pd.Series(raw, dtype=object).astype(str)
+    stripped = text.str.strip()
+    number = pd.to_numeric(stripped, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    is_number = ~np.isnan(number)
+    if is_number.all():
+        return _numeric(table, d, name, _per_row(number, np.nan, codes))
+    if is_number.any() and (share := _row_share(is_number, codes)) >= TYPED_SHARE:
+        row = _first_row(~is_number, codes)
+        problem = _at(
+            table,
+            row,
+            name,
+            f"{raw[codes[row]]!r} is not a number (the column is numeric in {_pct(share)}% of rows); "
+            f"fix the value {_hint(d, name)}",
+        )
+        return _numeric(table, d, name, _per_row(number, np.nan, codes), problem)
+    lower = stripped.str.lower()
+    if lower.isin(list(BOOL_WORDS)).all():
+        truth = lower.map(BOOL_WORDS).to_numpy(dtype=bool)
+        return _Column(name, "boolean", pd.arrays.BooleanArray(_per_row(truth, False, codes), codes < 0))
+    iso = stripped.str.fullmatch(ISO_DATE).to_numpy(dtype=bool, na_value=False)
+    if iso.any() and (share := _row_share(iso, codes)) >= TYPED_SHARE:
+        utc = bool(stripped[iso].str.contains(ISO_TZ).any())
+        parsed = pd.to_datetime(stripped.where(iso), format="ISO8601", errors="coerce", utc=utc)
+        dates, out = _to_ns(pd.Series(parsed))
+        nat = np.datetime64("NaT", "ns")
+        ok = iso & ~np.isnat(dates)
+        if ok.all():
+            return _Column(name, "datetime", _per_row(dates, nat, codes))
+        dated = ok if out is None else ok | out  # out-of-range dates are dates too, for the share
+        share = _row_share(dated, codes)
+        if share >= TYPED_SHARE:
+            row = _first_row(~ok, codes)
+            value = raw[codes[row]]
+            if out is not None and out[codes[row]]:
+                problem = _out_of_range(table, d, name, row, value)
+            else:
+                problem = _at(
+                    table,
+                    row,
+                    name,
+                    f"{value!r} is not an ISO date or timestamp like 2024-01-31 or 2024-01-31T12:00:00 "
+                    f"(the column is dates in {_pct(share)}% of rows); fix the value {_hint(d, name)}",
+                )
+            return _Column(name, "datetime", _per_row(dates, nat, codes), problem)
+    # categorical: distinct values that print the same (1 and "1" in JSON) are one category
+    index, categories = pd.factorize(text)
+    if len(categories) < len(raw):
+        codes = _per_row(index, -1, codes)
+    return _Column(name, "categorical", _per_row(categories, None, codes))
+
+
+def _text(table: Table, name: str, label: Any) -> _Column:
+    s = table.frame[label]
+    if is_object_dtype(s.dtype) and infer_dtype(s, skipna=True) == "string":
+        values = s.to_numpy(dtype=object, na_value=None)  # the same str objects, NaN -> None
+    else:
+        values = s.astype("str").to_numpy(dtype=object, na_value=None)
+    if s.isna().all():
+        problem = DataError(
+            f"data.source: {table.source}, column {name!r}: every value of the text column is missing; "
+            "fill it in or set data.text_column to another column"
+        )
+        return _Column(name, MISSING_KIND, values, problem)
+    return _Column(name, "text", values)
+
+
+# --- schema drift ----------------------------------------------------------------------------------------------------
+
+
+def _check_drift(
+    table: Table, d: DataParams, previous: Schema, features: list[str], kinds: dict[str, str], columns: dict[str, Any]
+) -> None:
+    drift: list[str] = []
+    if previous.target != d.target:
+        drift.append(f"target {previous.target!r} -> {d.target!r}")
+    elif d.task != "auto" and d.task != previous.task:
+        drift.append(f"target {d.target!r}: {previous.task} -> {d.task}")
+    if previous.text_column != d.text_column:
+        drift.append(f"text column {previous.text_column!r} -> {d.text_column!r}")
+    known = [*previous.features, *([previous.text_column] if previous.text_column else [])]
+    for c in known:
+        old = previous.kinds.get(c, "?")
+        if c not in columns:
+            drift.append(f"{c!r} ({old}) is missing")
+        elif c in kinds and kinds[c] != old:
+            drift.append(f"{c!r}: {old} -> {kinds[c]}")
+    if d.features is None:
+        drift += [f"{c!r} ({kinds[c]}) is new" for c in features if c not in known]
+    if drift:
+        raise DataError(
+            f"data.source: {table.source}: the data no longer matches the schema the current model was trained on "
+            f"({len(drift)} change{'s' if len(drift) != 1 else ''}: {'; '.join(drift)}). To accept it, retrain from "
+            "scratch (delete models/final), or set data.features/data.exclude to the columns the model was trained on"
+        )
+
+
+# --- target ----------------------------------------------------------------------------------------------------------
+
+
+def _num_label(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() else str(float(v))
+
+
+def _auto_regression(distinct: np.ndarray, n_rows: int) -> bool:
+    k = len(distinct)
+    if k <= REGRESSION_MIN_DISTINCT or k <= REGRESSION_MIN_FRACTION * n_rows:
+        return False
+    lo, hi = float(distinct.min()), float(distinct.max())
+    integer_coded = (
+        k <= INT_CODED_MAX and lo in (0.0, 1.0) and hi - lo + 1 == k and bool((distinct == np.round(distinct)).all())
+    )
+    return not integer_coded
+
+
+def _target(table: Table, d: DataParams, label: Any, previous: Schema | None) -> _Target:
+    name = d.target
+    s = table.frame[label]
+    dtype = s.dtype
+    inferred = infer_dtype(s, skipna=True) if is_object_dtype(dtype) else ""
+    boolean = is_bool_dtype(dtype) or inferred == "boolean"
+    numeric = not boolean and (
+        (not is_object_dtype(dtype) and is_numeric_dtype(dtype))
+        or inferred in ("integer", "floating", "mixed-integer-float")
+    )
+    task: Task | None = d.task if d.task != "auto" else (previous.task if previous is not None else None)
+    if numeric and task == "regression":  # no distinct values needed
+        number = s.to_numpy() if dtype == np.float64 else pd.to_numeric(s).to_numpy(dtype=np.float64, na_value=np.nan)
+        if np.isnan(number).any():
+            raise _missing_target(table, name, int(np.argmax(np.isnan(number))))
+        if np.isinf(number).any():
+            row = int(np.argmax(np.isinf(number)))
+            raise _at(table, row, name, f"the target {number[row]} is not a finite number; fix the value")
+        return _regression(table, name, number)
+
+    codes, raw = _factorize(table, name, s)
+    per_value: np.ndarray | None = None  # the number each distinct value stands for, when they all are numbers
+    not_number: str | None = None  # else why not, for a regression target
+    labels: np.ndarray | None = None  # str per distinct value; for numbers made once the task is known
+    bad_row = 0
+    missing = np.zeros(len(raw), dtype=bool)
+    if numeric:
+        per_value = raw.astype(np.float64)
+    else:
+        text = pd.Series(raw, dtype=object).astype(str).str.strip()
+        missing = (text == "").to_numpy(dtype=bool)
+        parsed = pd.to_numeric(text, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+        labels = text.to_numpy(dtype=object)
+        if boolean:
+            labels = np.array([str(bool(v)) for v in raw], dtype=object)
+            not_number = f"the target is boolean ({', '.join(sorted(set(labels)))})"
+        elif np.isfinite(parsed[~missing]).all():  # numbers written as text: labelled as if read as numbers
+            per_value, labels = parsed, None
+        else:
+            bad_row = _first_row(~np.isfinite(parsed) & ~missing, codes)
+            not_number = f"{raw[codes[bad_row]]!r} is not a finite number"
+    missing_rows = _per_row(missing, True, codes)
+    if missing_rows.any():
+        raise _missing_target(table, name, int(np.argmax(missing_rows)))
+    if per_value is not None and not np.isfinite(per_value).all():
+        row = _first_row(~np.isfinite(per_value), codes)
+        raise _at(table, row, name, f"the target {per_value[codes[row]]} is not a finite number; fix the value")
+
+    if task is None:  # auto
+        distinct = per_value if numeric else np.unique(per_value) if per_value is not None else None
+        regression = distinct is not None and _auto_regression(distinct, len(s))
+        task = "regression" if regression else "classification"
+    if task == "regression":
+        if per_value is None:
+            how = "data.task is regression" if d.task == "regression" else "the current model is a regression"
+            raise _at(
+                table,
+                bad_row,
+                name,
+                f"{not_number}, but {how}; fix the value, or set data.task: classification"
+                + ("" if d.task == "regression" else " and retrain from scratch (delete models/final)"),
+            )
+        shared = numeric and dtype == np.float64  # the raw column as it is: no copy
+        return _regression(table, name, s.to_numpy() if shared else _per_row(per_value, np.nan, codes))
+
+    if labels is None:  # numbers: integer-valued ones print as ints ("1", not "1.0")
+        assert per_value is not None
+        is_int = numeric and isinstance(dtype, np.dtype) and dtype.kind in "iu"
+        labels = np.array([str(v) for v in raw] if is_int else [_num_label(v) for v in per_value], dtype=object)
+    label_codes, label_uniques = pd.factorize(labels)  # distinct values that print the same are one class
+    codes = _per_row(label_codes, -1, codes)
+    values = _per_row(label_uniques, None, codes)
+    target = _Target("classification", values, codes=codes, labels=[str(v) for v in label_uniques])
+    if previous is not None and previous.task == "classification":
+        _check_unseen(table, d, previous, target)
+    return target
+
+
+def _regression(table: Table, name: str, number: np.ndarray) -> _Target:
+    if number.min() == number.max():
+        raise DataError(
+            f"data.source: {table.source}, column {name!r}: every target value is {number[0]:g}; there is nothing "
+            "to learn, check data.target"
+        )
+    return _Target("regression", number)
+
+
+def _missing_target(table: Table, name: str, row: int) -> DataError:
+    return _at(table, row, name, "the target value is missing; fill in the label or remove the row")
+
+
+def _check_unseen(table: Table, d: DataParams, previous: Schema, target: _Target) -> None:
+    """New data cannot renumber classes: keep the previous order; labels it does not know are errors or dropped."""
+    assert target.codes is not None
+    known = set(previous.classes)
+    unseen_label = np.array([lab not in known for lab in target.labels], dtype=bool)
+    target.classes = list(previous.classes)
+    if not unseen_label.any():
+        return
+    unseen = unseen_label[target.codes]
+    names = _names(sorted(lab for lab, u in zip(target.labels, unseen_label) if u))
+    count = int(unseen.sum())
+    if d.unseen_labels == "error":
+        row = int(np.argmax(unseen))
+        raise _at(
+            table,
+            row,
+            d.target,
+            f"label {target.values[row]!r} is not among the classes the current model was trained on "
+            f"({_names(previous.classes)}); unseen labels {names} in {count} row{'s' if count != 1 else ''}. "
+            "Set data.unseen_labels: drop to drop those rows, or retrain from scratch (delete models/final)",
+        )
+    print(
+        f"ingest: dropped {count} row{'s' if count != 1 else ''} whose target {d.target!r} has a label the current "
+        f"model was not trained on ({names}; data.unseen_labels: drop)",
+        file=sys.stderr,
+    )
+    target.unseen = unseen
+
+
+def _classes(table: Table, d: DataParams, target: _Target, keep: np.ndarray | None) -> list[str]:
+    """The labels present in the kept rows, sorted (by value when they are all numbers); warns of case variants."""
+    assert target.codes is not None
+    codes = target.codes if keep is None else target.codes[keep]
+    present = [lab for lab, n in zip(target.labels, np.bincount(codes, minlength=len(target.labels))) if n]
+    try:
+        classes = sorted(present, key=float)
+    except ValueError:
+        classes = sorted(present)
+    if len(classes) < 2:
+        raise DataError(
+            f"data.source: {table.source}, column {d.target!r}: the target has a single class ({_names(classes)}); "
+            "a classifier needs at least two, check data.target and the data"
+        )
+    by_case: dict[str, list[str]] = {}
+    for c in classes:
+        by_case.setdefault(c.casefold(), []).append(c)
+    variants = ["/".join(repr(c) for c in group) for group in by_case.values() if len(group) > 1]
+    if variants:
+        print(
+            f"ingest: warning: target {d.target!r} has labels that differ only in case ({', '.join(variants)}); "
+            "they stay separate classes, fix the data if they are the same",
+            file=sys.stderr,
+        )
+    return classes
+
+
+# --- rows ------------------------------------------------------------------------------------------------------------
+
+
+def _missing(
+    table: Table, d: DataParams, cols: list[_Column], keep: np.ndarray | None, dropped: dict[str, int]
+) -> np.ndarray | None:
+    """data.missing drop/error: rows with a missing feature (or text) value."""
+    masks = [np.asarray(pd.isna(c.values), dtype=bool) for c in cols]
+    if not masks:
+        return keep
+    missing = np.logical_or.reduce(masks) if len(masks) > 1 else masks[0]
+    if keep is not None:
+        missing = missing & keep
+    if d.missing == "error" and missing.any():
+        row = int(np.argmax(missing))
+        column = next(c.name for c, m in zip(cols, masks) if m[row])
+        count = int(missing.sum())
+        raise _at(
+            table,
+            row,
+            column,
+            f"the value is missing ({count} row{'s' if count != 1 else ''} have missing values; data.missing: error); "
+            "fill it in, or set data.missing: impute or drop",
+        )
+    dropped["missing"] = int(missing.sum())
+    return ~missing if keep is None else keep & ~missing
+
+
+def _duplicates(
+    table: Table, d: DataParams, out: pd.DataFrame, keep: np.ndarray | None, dropped: dict[str, int]
+) -> np.ndarray | None:
+    """data.duplicates drop/error: rows equal to an earlier row over the kept columns."""
+    dup = _duplicated(out)
+    if keep is not None:
+        dup = dup & keep  # identical rows share the other drop decisions, so the earlier one is kept too
+    if d.duplicates == "error" and dup.any():
+        row = int(np.argmax(dup))
+        hashes = pd.util.hash_pandas_object(out, index=False).to_numpy()
+        same = np.flatnonzero(hashes[:row] == hashes[row])
+        earlier = next(int(j) for j in same if out.iloc[[int(j), row]].duplicated().iloc[1])
+        count = int(dup.sum())
+        raise DataError(
+            f"data.source: {table.where(row)}: the row duplicates {table.where(earlier)} "
+            f"({count} duplicate row{'s' if count != 1 else ''}; data.duplicates: error); remove the duplicates, "
+            "or set data.duplicates: keep or drop"
+        )
+    dropped["duplicates"] = int(dup.sum())
+    return ~dup if keep is None else keep & ~dup
+
+
+def _duplicated(out: pd.DataFrame) -> np.ndarray:
+    """DataFrame.duplicated(keep="first"), fast: one hash per row, then the exact check on rows whose hash repeats."""
+    hashes = pd.util.hash_pandas_object(out, index=False).to_numpy()
+    repeated = pd.Series(hashes).duplicated().to_numpy()
+    dup = np.zeros(len(out), dtype=bool)
+    if repeated.any():
+        rows = np.flatnonzero(np.isin(hashes, hashes[repeated]))
+        dup[rows] = out.take(rows).duplicated().to_numpy()
+    return dup
