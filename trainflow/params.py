@@ -41,6 +41,11 @@ class DataParams(Section):
         description="Field delimiter of csv/tsv files; null = ',' for csv, tab for tsv.",
     )
     header: bool = Field(True, description="Whether csv/tsv files start with a header line of column names.")
+    quoting: Literal["auto", "double", "none"] = Field(
+        "auto",
+        description='Quoted fields: double ("a, b" is one value; quoted values may hold delimiters and line '
+        "breaks) or none (a quote is an ordinary character); auto = double for csv, none for tsv.",
+    )
     columns: list[str] | None = Field(
         None, description="Column names for files without a header (data.header: false), in file order."
     )

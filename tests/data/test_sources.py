@@ -400,3 +400,16 @@ def test_jsonl_bad_encoding(tmp_path: Path) -> None:
 def test_duplicate_data_columns(tmp_path: Path) -> None:
     write(tmp_path, "x.csv", "1,2\n")
     assert "data.columns names 'a' more than once" in error(tmp_path, "x.csv", header=False, columns=["a", "a"])
+
+
+def test_tsv_quotes_are_plain_characters_by_default(tmp_path: Path) -> None:
+    """SMS-spam-style TSVs: a text may start with a quote that never closes; it must not swallow later lines."""
+    path = tmp_path / "sms.tsv"
+    path.write_text('ham\t"car" day can?\nspam\t"WIN now\nham\tok see you\n')
+    d = DataParams.model_validate(
+        {"source": str(path), "header": False, "columns": ["label", "text"], "target": "label"}
+    )
+    table = read_source(d, tmp_path).frame
+    assert list(table["text"]) == ['"car" day can?', '"WIN now', "ok see you"]
+    with pytest.raises(DataError, match="sms.tsv, line 2: a quoted value is never closed"):
+        read_source(d.model_copy(update={"quoting": "double"}), tmp_path)  # quoting on: the open quote is caught

@@ -57,7 +57,17 @@ def test_params_check_exits_2_naming_both_fields_and_changes_nothing(
     assert cli.main(["params", "check"]) == 0
     assert cli.main(["params", "schema"]) == 0
     schema = json.loads(capsys.readouterr().out.split("\n", 1)[1])
-    assert set(schema["properties"]) == {"seed", "data", "split", "model", "train", "evaluate", "register", "tracking"}
+    assert set(schema["properties"]) == {
+        "seed",
+        "data",
+        "split",
+        "features",
+        "model",
+        "train",
+        "evaluate",
+        "register",
+        "tracking",
+    }
 
 
 def test_every_field_has_a_description() -> None:

@@ -12,8 +12,8 @@ transforms, per feature kind (output columns in schema order, each feature's val
 - datetime: year, month, day of week, day of month, hour and days since 1970-01-01, each standardised; a missing
   timestamp takes the parts of the train median timestamp, plus the indicator as above.
 
-Text is tokenized by a byte-pair-encoding tokenizer (`tokenizers`; lowercase, accents stripped, split on whitespace
-and punctuation) trained on the train texts: [PAD]=0 (never emitted), [UNK]=1, [CLS]=2 starts every sequence.
+Text is tokenized by a byte-pair-encoding tokenizer (`tokenizers`; lowercase, accents stripped, split into words and
+runs of punctuation) trained on the train texts: [PAD]=0 (never emitted), [UNK]=1, [CLS]=2 starts every sequence.
 
 `save` writes preprocess.json (and tokenizer.json when there is text): JSON only, nothing is pickled.
 """
@@ -42,6 +42,7 @@ SPECIAL_TOKENS = (PAD, UNK, CLS)  # ids 0, 1, 2: the trainer adds them first, in
 PAD_ID, UNK_ID, CLS_ID = 0, 1, 2
 DATETIME_PARTS = ("year", "month", "dayofweek", "day", "hour", "days")
 NS_PER_DAY = 86_400 * 10**9
+CHARS_PER_TOKEN = 8  # text: characters encoded per token kept before a long text is cut (see `encode`)
 TRUE_WORDS = frozenset({"true", "t", "yes", "y", "1", "1.0"})
 FALSE_WORDS = frozenset({"false", "f", "no", "n", "0", "0.0"})
 
@@ -184,8 +185,7 @@ class Preprocessor:
         if self.text_column is None or self.tokenizer is None:
             raise ValueError("this preprocessor has no text column")
         _require(frame, [self.text_column], where)
-        encodings = self.tokenizer.encode_batch_fast(_texts(frame[self.text_column], keep_missing=True))
-        return [np.asarray(e.ids, dtype=np.int32) for e in encodings]
+        return encode(self.tokenizer, _texts(frame[self.text_column], keep_missing=True), self.max_length)
 
     def labels(self, frame: pd.DataFrame, where: str = "input") -> np.ndarray:
         """Classification: int64 index into `classes`; regression: float32 targets in their own units."""
@@ -259,10 +259,8 @@ class Preprocessor:
 def new_tokenizer(max_length: int) -> Tokenizer:
     """An untrained BPE tokenizer: lowercase, no accents, whitespace/punctuation split, [CLS] + at most max_length."""
     tok = Tokenizer(models.BPE(unk_token=UNK, fuse_unk=True))
-    tok.normalizer = normalizers.BertNormalizer(
-        clean_text=True, handle_chinese_chars=True, strip_accents=True, lowercase=True
-    )
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.normalizer = normalizers.Sequence([normalizers.NFD(), normalizers.StripAccents(), normalizers.Lowercase()])
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()  # words and runs of punctuation; never across whitespace
     tok.post_processor = processors.TemplateProcessing(single=f"{CLS} $A", special_tokens=[(CLS, CLS_ID)])
     tok.enable_truncation(max_length)  # counts the [CLS] the post-processor adds
     return tok
@@ -278,6 +276,26 @@ def train_tokenizer(texts: list[str], vocab_size: int, max_length: int) -> Token
     if ids != [PAD_ID, UNK_ID, CLS_ID]:  # pragma: no cover - a contract of the trainer
         raise RuntimeError(f"special token ids {ids}, expected {[PAD_ID, UNK_ID, CLS_ID]}")
     return tok
+
+
+def encode(tok: Tokenizer, texts: list[str], max_length: int) -> list[np.ndarray]:
+    """Batch-encode to int32 ids ([CLS] + at most max_length - 1 tokens).
+
+    The tokenizer reads a whole text before truncating, so a long text is first cut at a space well past the
+    characters max_length tokens can need. Pre-tokens never span whitespace, so the tokens kept from the cut text are
+    exactly those of the whole text; in the rare case the cut left fewer than max_length, the whole text is encoded.
+    """
+    limit = CHARS_PER_TOKEN * max_length
+    heads, cut = list(texts), []
+    for i, text in enumerate(texts):
+        if len(text) > limit and (k := text.rfind(" ", limit // 2, limit)) > 0:
+            heads[i] = text[:k]
+            cut.append(i)
+    ids = [e.ids for e in tok.encode_batch_fast(heads)]
+    short = [i for i in cut if len(ids[i]) < max_length]
+    for i, e in zip(short, tok.encode_batch_fast([texts[i] for i in short])):
+        ids[i] = e.ids
+    return [np.asarray(x, dtype=np.int32) for x in ids]
 
 
 def _texts(s: pd.Series, keep_missing: bool = False) -> list[str]:

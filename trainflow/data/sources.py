@@ -257,7 +257,12 @@ def _read_csv(path: Path, shown: str, fmt: str, delimiter: str, d: DataParams) -
         column_names=names,
         autogenerate_column_names=not d.header and names is None,
     )
-    parse_options = pv.ParseOptions(delimiter=delimiter, newlines_in_values=True, ignore_empty_lines=True)
+    quoted = d.quoting == "double" or (d.quoting == "auto" and fmt == "csv")
+    if not quoted:
+        _UNQUOTED.add(path)  # the csv-module scans that locate lines for error messages must agree
+    parse_options = pv.ParseOptions(
+        delimiter=delimiter, quote_char='"' if quoted else False, newlines_in_values=quoted, ignore_empty_lines=True
+    )
     convert_options = pv.ConvertOptions(
         null_values=NA_VALUES, strings_can_be_null=True, quoted_strings_can_be_null=True
     )
@@ -497,11 +502,15 @@ def _open_text(path: Path, encoding: str) -> Any:
     return path.open(encoding="utf-8-sig" if name == "utf-8" else encoding, errors="replace", newline="")
 
 
+# Files read with data.quoting resolved to none (tsv by default): a quote there is a character, not a delimiter guard.
+_UNQUOTED: set[Path] = set()
+
+
 def _csv_records(path: Path, delimiter: str, encoding: str) -> Iterator[tuple[int, int, list[str]]]:
     """(first line, last line, fields) of each non-blank record, as pyarrow reads them (blank lines skipped)."""
     csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
     with _open_text(path, encoding) as f:
-        reader = csv.reader(f, delimiter=delimiter)
+        reader = csv.reader(f, delimiter=delimiter, quoting=csv.QUOTE_NONE if path in _UNQUOTED else csv.QUOTE_MINIMAL)
         last = 0
         for row in reader:
             first, last = last + 1, reader.line_num
