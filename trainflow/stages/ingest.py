@@ -17,7 +17,11 @@ def previous_schema(paths: Paths, source: str) -> Schema | None:
     """The schema of the last ingest of the same source (data/processed persists between runs), for drift checks."""
     if not paths.schema.is_file():
         return None
-    previous = Schema.read(paths.schema)
+    try:
+        previous = Schema.read(paths.schema)
+    except (TypeError, KeyError, ValueError):
+        print(f"ingest: {paths.schema} was written by an older trainflow; no schema drift check", file=sys.stderr)
+        return None
     if previous.source != source:
         print(f"ingest: data.source changed from {previous.source!r}; no schema drift check", file=sys.stderr)
         return None
