@@ -48,6 +48,9 @@ def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
     return torch.randperm(n, generator=g)
 
 
+BUCKET = 1024  # text: samples sorted by length together (a fixed count, so the order never depends on batch size)
+
+
 class TensorData:
     """A table: features `x` [N, F] and targets `y` [N], moved to the device once; a batch is an index gather."""
 
@@ -86,6 +89,7 @@ class TextData:
         targets: torch.Tensor | list[torch.Tensor],
         *,
         pad_id: int = 0,
+        bucket: int = BUCKET,
         device: torch.device | str = "cpu",
     ) -> None:
         if len(sequences) != len(targets):
@@ -107,11 +111,28 @@ class TextData:
         self.flat = torch.cat(self.sequences)
         self.offsets = torch.cumsum(self.lengths, 0) - self.lengths
         self.pad_id = pad_id
+        self.bucket = bucket
         self.device = torch.device(device)
         self.index_device = torch.device("cpu")  # padding happens on the host, then one pinned copy per tensor
 
     def __len__(self) -> int:
         return len(self.sequences)
+
+    def epoch_order(self, seed: int, epoch: int) -> torch.Tensor:
+        """Length bucketing: the epoch's random order, then each run of `bucket` samples sorted by length.
+
+        Neighbouring samples then have similar lengths, so per-batch padding shrinks, while the order is still a
+        function of (seed, epoch) only — restorable for resume, and independent of batch size and accumulation.
+        """
+        order = epoch_order(len(self), seed, epoch)
+        if self.bucket <= 1:
+            return order
+        lengths = self.lengths[order]
+        parts = []
+        for start in range(0, len(order), self.bucket):
+            chunk = slice(start, start + self.bucket)
+            parts.append(order[chunk][torch.argsort(lengths[chunk], descending=True, stable=True)])
+        return torch.cat(parts)
 
     def _pad(self, flat: torch.Tensor, idx: torch.Tensor, fill: int) -> tuple[torch.Tensor, torch.Tensor]:
         lengths = self.lengths[idx]
@@ -145,7 +166,9 @@ class TextData:
         targets: torch.Tensor | list[torch.Tensor] = (
             [self.token_targets[i] for i in keep] if self.per_token else self.targets[idx.cpu()]
         )
-        return TextData([self.sequences[i] for i in keep], targets, pad_id=self.pad_id, device=self.device)
+        return TextData(
+            [self.sequences[i] for i in keep], targets, pad_id=self.pad_id, bucket=self.bucket, device=self.device
+        )
 
 
 def _to(t: torch.Tensor, device: torch.device) -> torch.Tensor:

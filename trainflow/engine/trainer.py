@@ -313,7 +313,10 @@ class Trainer:
     def _run_epoch(self, train: Dataset, val: Dataset, bar: Any) -> None:
         p, s, plan = self.p, self.state, self.plan
         # The order goes where the dataset gathers (the device, for tables): no host-to-device copy per batch.
-        order = epoch_order(len(train), self.seed, s.epoch).to(train.index_device)
+        orders = getattr(train, "epoch_order", None)  # text: length-bucketed, still a function of (seed, epoch)
+        order = (orders(self.seed, s.epoch) if orders else epoch_order(len(train), self.seed, s.epoch)).to(
+            train.index_device
+        )
         for w in range(s.position, plan.per_epoch):
             idx = order[w * plan.window : (w + 1) * plan.window]
             micro = [train.batch(idx)] if p.accumulate == 1 else [train.batch(i) for i in idx.split(p.batch_size)]
