@@ -4,8 +4,8 @@
 # PyTorch is chosen here, before the package, so that pip never pulls a build you did not want:
 #   - TORCH_SPEC set (e.g. "torch==2.5.1"): install exactly that, with TORCH_INDEX_URL as the index if set;
 #   - an NVIDIA GPU visible (nvidia-smi): the default CUDA build from the package index;
-#   - otherwise a CPU build: torch==2.13.0 from a local wheel directory if pip has one (--no-index, seconds),
-#     else from TORCH_INDEX_URL if set (e.g. PyTorch's CPU wheel index), else the default build.
+#   - otherwise a CPU build: torch==2.13.0 from a local wheel directory if pip has one (find-links, seconds),
+#     else from TORCH_INDEX_URL (default: PyTorch's CPU wheel index), else the default build.
 # An already installed torch is kept.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,21 +13,29 @@ extras=""
 [ "${1:-}" = "--dev" ] && extras="[dev]"
 python="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$python" -m venv .venv
-pip=(.venv/bin/python -m pip install --disable-pip-version-check -q)
+# pip install, minus warnings about file:// index locations in a machine's pip config (noise); keeps pip's exit code.
+pip_install() { .venv/bin/python -m pip install --disable-pip-version-check -q "$@" 2> >(grep -v "^WARNING: Location" >&2); }
 index=()
 [ -n "${TORCH_INDEX_URL:-}" ] && index=(--index-url "$TORCH_INDEX_URL")
 
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   if [ -n "${TORCH_SPEC:-}" ]; then
-    "${pip[@]}" "${index[@]}" "$TORCH_SPEC"
+    pip_install "${index[@]}" "$TORCH_SPEC"
   elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
     echo "setup: NVIDIA GPU found, installing the CUDA build of torch"
-    "${pip[@]}" torch
+    pip_install torch
   else
     echo "setup: no GPU found, installing a CPU build of torch"
-    "${pip[@]}" --no-index torch==2.13.0 2>/dev/null || "${pip[@]}" "${index[@]}" torch
+    # A local CPU wheel first (--no-deps: its dependencies come from the package index next), then the index given,
+    # then PyTorch's own CPU index; plain `torch` from PyPI would be the multi-GB CUDA build.
+    if pip_install --no-index --no-deps torch==2.13.0 2>/dev/null; then
+      pip_install torch==2.13.0
+    else
+      pip_install --index-url "${TORCH_INDEX_URL:-https://download.pytorch.org/whl/cpu}" torch \
+        || pip_install torch
+    fi
   fi
 fi
 # Editable, so dvc.yaml's `trainflow stage ...` runs the code in this checkout.
-"${pip[@]}" -e ".${extras}" 2>&1 | grep -v "^WARNING: Location" || true
+pip_install -e ".${extras}"
 .venv/bin/python -c "import trainflow, torch; print(f'setup: trainflow {trainflow.__version__}, torch {torch.__version__} ready in .venv')"
