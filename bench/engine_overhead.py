@@ -51,7 +51,7 @@ SEED = 0
 FEATURES, CLASSES, HIDDEN = 64, 10, [256, 128]
 LR, MIN_LR, WEIGHT_DECAY, WARMUP_FRACTION, MAX_GRAD_NORM = 1e-3, 1e-5, 0.01, 0.05, 1.0
 WAYS = ("ours", "raw", "lightning")
-DEVICE = torch.device("cpu")
+DEVICE = torch.device("cpu")  # --device cuda: the three ways train on the GPU, data resident there
 
 
 # --- shared pieces ------------------------------------------------------------------------------------------------
@@ -145,7 +145,7 @@ def setup_ours(data: tuple[torch.Tensor, ...], batch_size: int, epochs: int) -> 
         p,
         seed=SEED,
         device=DEVICE,
-        precision=Precision("fp32", "cpu"),
+        precision=Precision("fp32", DEVICE.type),
         objective=Objective("classification"),
         checkpoint_dir=Path(tmp.name),
         fingerprint="bench",
@@ -164,7 +164,7 @@ def setup_ours(data: tuple[torch.Tensor, ...], batch_size: int, epochs: int) -> 
 
 def setup_raw(data: tuple[torch.Tensor, ...], batch_size: int, epochs: int) -> Run:
     x, y, x_val, y_val = data
-    model = make_model()
+    model = make_model().to(DEVICE)
 
     def fit() -> None:
         total, warmup = plan(len(x), batch_size, epochs)
@@ -173,7 +173,7 @@ def setup_raw(data: tuple[torch.Tensor, ...], batch_size: int, epochs: int) -> R
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(total, warmup))
         model.train()
         for epoch in range(epochs):
-            for idx in epoch_order(len(x), epoch).split(batch_size):
+            for idx in epoch_order(len(x), epoch).to(DEVICE).split(batch_size):
                 opt.zero_grad(set_to_none=True)
                 loss = F.cross_entropy(model(x[idx]), y[idx])
                 loss.backward()
@@ -217,6 +217,7 @@ def setup_lightning(data: tuple[torch.Tensor, ...], batch_size: int, epochs: int
 
         def __iter__(self) -> Iterator[torch.Tensor]:
             order = epoch_order(self.n, self.epoch) if self.shuffle else torch.arange(self.n)
+            order = order.to(DEVICE)  # the rows live on DEVICE: gather there
             yield from order.split(self.batch_size)
 
         def __len__(self) -> int:
@@ -263,7 +264,7 @@ def setup_lightning(data: tuple[torch.Tensor, ...], batch_size: int, epochs: int
     )
     trainer = L.Trainer(
         max_epochs=epochs,
-        accelerator="cpu",
+        accelerator="gpu" if DEVICE.type == "cuda" else "cpu",
         devices=1,
         gradient_clip_val=MAX_GRAD_NORM,
         enable_checkpointing=False,
@@ -295,6 +296,8 @@ def timed(way: str, data: tuple[torch.Tensor, ...], batch_size: int, epochs: int
         gc.collect()
         t0 = time.perf_counter()
         fit()
+        if DEVICE.type == "cuda":
+            torch.cuda.synchronize()  # the clock stops when the GPU has finished, not when the host has queued
         seconds = time.perf_counter() - t0
         weights = {k: v.detach().clone() for k, v in final().items()}
     finally:
@@ -324,7 +327,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--n-train", type=int, default=100_000)
     ap.add_argument("--n-val", type=int, default=256)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     args = ap.parse_args(argv)
+    global DEVICE
+    DEVICE = torch.device(args.device)
     if args.epochs is None:
         args.epochs = [max(1, round(math.sqrt(bs / 32))) for bs in args.batch_sizes]
     elif len(args.epochs) == 1:
@@ -337,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     import lightning
 
     threads = torch.get_num_threads()
-    data = make_data(args.n_train, args.n_val)
+    data = tuple(t.to(DEVICE) for t in make_data(args.n_train, args.n_val))
     print(
         f"torch {torch.__version__}, lightning {lightning.__version__}, {threads} threads; "
         f"{args.n_train} train x {FEATURES} features, {args.n_val} val, {CLASSES} classes, MLP {HIDDEN}; "
