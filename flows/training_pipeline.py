@@ -67,5 +67,7 @@ def summary(paths: Paths, results: dict[str, Any]) -> str:
         if results.get("register", {}).get("skipped"):
             champ = f"registered by an earlier run; {champ}"
         lines.append(f"  registry: {reg['model_uri']} ({champ}; {reg['gate_metric']}={reg['value']:.4f})")
+        if reg.get("decision"):
+            lines.append(f"  decision: {reg['decision']}")
         lines.append(f"  load it:  mlflow.pyfunc.load_model('models:/{reg['model_name']}@champion')")
     return "\n".join(lines)

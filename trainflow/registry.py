@@ -1,13 +1,32 @@
-"""Model registry: a new version with lineage tags, and the champion gate."""
+"""Model registry: a new version with lineage tags, the `challenger` alias, and the champion gate.
+
+Every registration creates a version and points `challenger` at it. `champion` moves to it only if it beats the
+champion on the gate metric by more than `register.min_delta`, both scored on the same test data: the champion's
+metrics are taken from its tags when it was scored on a test split with the same hash, else the champion is re-scored
+on the current test split first. If it cannot be re-scored, it stays champion and the decision says why.
+
+The whole decision runs under an exclusive file lock (`registry_lock`), so two registrations at once never both
+see "no better champion" and both take the alias.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 from trainflow.params import RegisterParams
 
 MINIMIZE = {"log_loss", "rmse", "mae"}  # gate metrics where lower is better; every other one is higher-is-better
-CHAMPION = "champion"
+CHAMPION, CHALLENGER = "champion", "challenger"
+TEST_HASH_TAG = "test_data_hash"
+
+Rescore = Callable[[str], dict[str, float]]  # models:/name/version -> its metrics on the current test split
 
 
 def beats(new: float, old: float | None, metric: str, min_delta: float) -> bool:
@@ -31,36 +50,119 @@ def gate_metric(params: RegisterParams, metrics: dict[str, float]) -> str:
     return gate
 
 
-def register(model_uri: str, params: RegisterParams, metrics: dict[str, float], tags: dict[str, str]) -> dict[str, Any]:
-    """Create a version of `params.model_name` from `model_uri`; move `champion` to it only if it beats the champion."""
-    import mlflow
+def lock_path(tracking_uri: str) -> Path:
+    """Where registrations against `tracking_uri` serialise: beside a SQLite store or inside a file store, which
+    every process using that store can see; for a tracking server, a file in this machine's temp directory (so
+    registrations from one machine serialise; across machines, run registrations from one work pool at a time)."""
+    parsed = urlparse(tracking_uri)
+    if parsed.scheme == "sqlite" and parsed.path not in ("", "/", "/:memory:"):
+        db = Path(unquote(parsed.path[1:]))  # sqlite:////abs/x.db is /abs/x.db, sqlite:///x.db is x.db (SQLAlchemy)
+        return db.with_name(db.name + ".registry.lock")
+    if parsed.scheme in ("", "file"):
+        return Path(unquote(parsed.path or tracking_uri)) / ".registry.lock"
+    digest = hashlib.sha256(tracking_uri.encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"trainflow-registry-{digest}.lock"
+
+
+@contextlib.contextmanager
+def registry_lock(tracking_uri: str) -> Iterator[Path]:
+    """An exclusive lock (flock) for one registration decision; released when the process dies, so never stale."""
+    path = lock_path(tracking_uri)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield path
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def current_champion(client: Any, name: str) -> Any | None:
+    """The model version holding the `champion` alias, or None (no alias yet, or no such model)."""
     from mlflow.exceptions import MlflowException
+
+    try:
+        return client.get_model_version_by_alias(name, CHAMPION)
+    except MlflowException:
+        return None
+
+
+def tagged_metrics(version: Any) -> dict[str, float]:
+    return {k.removeprefix("metric."): float(v) for k, v in version.tags.items() if k.startswith("metric.")}
+
+
+def champion_metrics(champion: Any, gate: str, test_hash: str, rescore: Rescore) -> tuple[dict[str, float], bool]:
+    """(the champion's metrics on the current test data, whether it had to be re-scored for them).
+
+    Its own tags serve when they were measured on a test split with the same hash; otherwise it is re-scored."""
+    tagged = tagged_metrics(champion)
+    if champion.tags.get(TEST_HASH_TAG) == test_hash and gate in tagged:
+        return tagged, False
+    return rescore(f"models:/{champion.name}/{champion.version}"), True
+
+
+def register(
+    model_uri: str,
+    params: RegisterParams,
+    metrics: dict[str, float],
+    tags: dict[str, str],
+    *,
+    test_hash: str,
+    rescore: Rescore,
+) -> dict[str, Any]:
+    """Create a version of `params.model_name` from `model_uri` (alias `challenger`); move `champion` to it only if it
+    beats the champion, scored on the same test data (hash `test_hash`), by more than `params.min_delta`."""
+    import mlflow
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient()
     name = params.model_name
-    all_tags = {**tags, **{f"metric.{k}": repr(float(v)) for k, v in metrics.items()}}
-    version = mlflow.register_model(model_uri, name, tags=all_tags).version
-
-    try:
-        current = client.get_model_version_by_alias(name, CHAMPION)
-    except MlflowException:
-        current = None
     gate = gate_metric(params, metrics)
-    old = float(current.tags[f"metric.{gate}"]) if current and f"metric.{gate}" in current.tags else None
     new = float(metrics[gate])
-    promoted = beats(new, old, gate, params.min_delta)
-    if promoted:
-        client.set_registered_model_alias(name, CHAMPION, version)
+    all_tags = {**tags, TEST_HASH_TAG: test_hash, **{f"metric.{k}": repr(float(v)) for k, v in metrics.items()}}
+    with registry_lock(mlflow.get_tracking_uri()):
+        version = int(mlflow.register_model(model_uri, name, tags=all_tags).version)
+        client.set_registered_model_alias(name, CHALLENGER, str(version))
+        current = current_champion(client, name)
+        previous: dict[str, float] | None = None
+        rescored = False
+        if current is None:
+            promoted, decision = True, f"version {version} is the first champion of {name}"
+        else:
+            try:
+                previous, rescored = champion_metrics(current, gate, test_hash, rescore)
+            except Exception as exc:  # noqa: BLE001 - any failure to score the champion keeps it, and says why
+                promoted = False
+                decision = (
+                    f"champion stays version {current.version}: it could not be re-scored on the new test split "
+                    f"({type(exc).__name__}: {exc}); to promote version {version} anyway, set the alias by hand: "
+                    f"MlflowClient().set_registered_model_alias({name!r}, 'champion', {version})"
+                )
+            else:
+                old = previous[gate]
+                promoted = beats(new, old, gate, params.min_delta)
+                on = "re-scored on the new test split" if rescored else "same test split"
+                verdict = "beats" if promoted else "does not beat"
+                then = f"champion moves to version {version}" if promoted else f"stays version {current.version}"
+                decision = (
+                    f"{gate} {new:.6g} {verdict} champion version {current.version}'s {old:.6g} ({on}) "
+                    f"by more than min_delta {params.min_delta:g}: {then}"
+                )
+        if promoted:
+            client.set_registered_model_alias(name, CHAMPION, str(version))
+        client.set_model_version_tag(name, str(version), "registry_decision", decision)
     return {
         "model_name": name,
-        "version": int(version),
+        "version": version,
         "model_uri": f"models:/{name}/{version}",
         "gate_metric": gate,
         "value": new,
         "previous_champion": int(current.version) if current else None,
-        "previous_value": old,
+        "previous_value": previous[gate] if previous else None,
+        "previous_metrics": previous,
+        "rescored": rescored,
         "champion": promoted,
-        "champion_version": int(version) if promoted else (int(current.version) if current else None),
-        "tags": tags,
+        "champion_version": version if promoted else (int(current.version) if current else None),
+        "decision": decision,
+        "tags": {**tags, TEST_HASH_TAG: test_hash},
     }

@@ -37,22 +37,36 @@ def regression_metrics(y: np.ndarray, predicted: np.ndarray) -> dict[str, float]
     }
 
 
-def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
+def score(exported: ExportedModel, test: pd.DataFrame, where: str, batch_size: int) -> tuple[dict[str, Any], Any]:
+    """(the test metrics plus n_test, the model's outputs) of `exported` on the labelled table `test`.
+
+    The register stage re-scores an older champion with this, so both are measured the same way."""
+    labels = exported.pre.labels(test, where)
+    outputs = exported.outputs(test, batch_size=batch_size, where=where)
+    if exported.pre.task == "regression":
+        return {**regression_metrics(labels, outputs), "n_test": len(test)}, outputs
+    return {**classification_metrics(labels, outputs), "n_test": len(test)}, outputs
+
+
+def read_test(paths: Paths, stage: str) -> pd.DataFrame:
     test_file = paths.split_file("test")
     if not test_file.is_file():
-        raise UserError(f"evaluate: {test_file} is missing; run `trainflow stage split` first")
+        raise UserError(f"{stage}: {test_file} is missing; run `trainflow stage split` first")
+    return pd.read_parquet(test_file)
+
+
+def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
+    test = read_test(paths, "evaluate")
     exported = ExportedModel.load(paths.final)
-    test = pd.read_parquet(test_file)
-    labels = exported.pre.labels(test, str(test_file))
-    outputs = exported.outputs(test, batch_size=params.evaluate.batch_size, where=str(test_file))
+    where = str(paths.split_file("test"))
+    labels = exported.pre.labels(test, where)
+    metrics, outputs = score(exported, test, where, params.evaluate.batch_size)
     # One folder of test plots, replaced whole: a regression run leaves no stale confusion matrix behind.
     with atomic_dir(paths.test_plots) as out:
         if exported.pre.task == "regression":
-            metrics: dict[str, Any] = {**regression_metrics(labels, outputs), "n_test": len(test)}
             plots.write_csv(pd.DataFrame({"actual": labels, "predicted": outputs}), out / "predictions.csv")
             plots.predicted_vs_actual(labels, outputs, out / "predicted_vs_actual.png")
         else:
-            metrics = {**classification_metrics(labels, outputs), "n_test": len(test)}
             predicted = outputs.argmax(axis=1)
             classes = np.asarray(exported.pre.classes)
             confusion = pd.DataFrame({"actual": classes[labels], "predicted": classes[predicted]})
