@@ -8,6 +8,7 @@ import os
 import sys
 import traceback
 from collections.abc import Sequence
+from pathlib import Path
 
 from trainflow.errors import UserError
 from trainflow.stages import STAGES
@@ -43,6 +44,20 @@ def build_parser() -> argparse.ArgumentParser:
     _overrides(stage)
     run = sub.add_parser("run", help="run the whole pipeline through the Prefect flow (stages DVC sees as changed)")
     _overrides(run)
+    predict = sub.add_parser(
+        "predict",
+        help="score a table with a registered or exported model; writes its rows plus the predictions",
+        description="Score every row of --input with --model and write the rows plus a `prediction` column (and "
+        "`proba_<class>` columns for classification) to --output, as csv, tsv, parquet or jsonl by its extension.",
+    )
+    predict.add_argument(
+        "--model",
+        required=True,
+        help="models:/<name>@champion, models:/<name>/<version>, runs:/<run>/model, or an exported model directory",
+    )
+    predict.add_argument("--input", required=True, type=Path, help="a csv, tsv, parquet or jsonl file")
+    predict.add_argument("--output", required=True, type=Path, help="where to write (.csv, .tsv, .parquet, .jsonl)")
+    predict.add_argument("--batch-size", type=int, default=None, help="rows per forward pass (default 1024)")
     params = sub.add_parser("params", help="check params.yaml or print its JSON Schema")
     psub = params.add_subparsers(dest="action", required=True)
     check = psub.add_parser("check", help="validate params.yaml (with -S overrides); changes nothing")
@@ -82,6 +97,16 @@ def _dispatch(args: argparse.Namespace) -> int:
             print(f"{paths.params}: ok")
             if args.overrides:
                 print(json.dumps(params.model_dump(), indent=2))
+        return 0
+    if args.command == "predict":
+        from trainflow import tracking
+        from trainflow.predict import BATCH_SIZE, predict_file
+
+        if args.batch_size is not None and args.batch_size < 1:
+            raise UserError(f"--batch-size must be at least 1, not {args.batch_size}")
+        tracking.configure(paths.root)  # models:/ URIs resolve against the project's registry
+        result = predict_file(args.model, args.input, args.output, args.batch_size or BATCH_SIZE)
+        print(json.dumps(result, indent=2))
         return 0
     load_params(paths.params, args.overrides)  # every problem is reported before anything is written
     write_overrides(paths.params, args.overrides)  # DVC's record stays true: the file holds what ran

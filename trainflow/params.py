@@ -285,7 +285,12 @@ class TrainParams(Section):
 
 
 class EvaluateParams(Section):
-    batch_size: int = Field(1024, ge=1, description="Batch size for scoring the test split.")
+    batch_size: int = Field(
+        1024,
+        ge=1,
+        description="Rows per forward pass when scoring the test split. 1024 is also what `trainflow predict` and the "
+        "served model use, so their outputs match evaluate's bit for bit.",
+    )
 
 
 GateMetric = Literal["auto", "accuracy", "f1_macro", "log_loss", "r2", "rmse", "mae"]

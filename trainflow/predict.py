@@ -18,6 +18,10 @@ from trainflow.io import read_json
 from trainflow.models import build_model
 
 WEIGHTS, CONFIG = "model.safetensors", "model.json"
+# Rows scored per forward pass, by evaluate (evaluate.batch_size), `trainflow predict` and the served model alike:
+# the same batches give bit-identical outputs, so a prediction can be checked against what evaluate scored.
+BATCH_SIZE = 1024
+OUTPUT_FORMATS = (".csv", ".tsv", ".parquet", ".jsonl")
 
 
 def model_inputs(pre: Preprocessor, frame: pd.DataFrame, where: str, with_labels: bool) -> TensorData | TextData:
@@ -49,7 +53,7 @@ class ExportedModel:
         return cls(model, Preprocessor.load(directory))
 
     @torch.no_grad()
-    def outputs(self, frame: pd.DataFrame, batch_size: int = 4096, where: str = "input") -> np.ndarray:
+    def outputs(self, frame: pd.DataFrame, batch_size: int = BATCH_SIZE, where: str = "input") -> np.ndarray:
         """Raw model outputs in float64: class probabilities (softmax) or regression values (in target units)."""
         data = model_inputs(self.pre, frame, where, with_labels=False)
         parts = []
@@ -64,9 +68,9 @@ class ExportedModel:
         values = torch.cat(parts).numpy()
         return values if self.pre.task == "classification" else self.pre.unscale_target(values)
 
-    def predict_frame(self, frame: pd.DataFrame, batch_size: int = 4096) -> pd.DataFrame:
+    def predict_frame(self, frame: pd.DataFrame, batch_size: int = BATCH_SIZE, where: str = "input") -> pd.DataFrame:
         """The input rows plus `prediction` (and one `proba_<class>` column per class for classification)."""
-        values = self.outputs(frame, batch_size)
+        values = self.outputs(frame, batch_size, where)
         out = frame.copy()
         if self.pre.task == "regression":
             out["prediction"] = values
@@ -75,3 +79,82 @@ class ExportedModel:
         for i, c in enumerate(self.pre.classes):
             out[f"proba_{c}"] = values[:, i]
         return out
+
+
+def load(model: str) -> ExportedModel:
+    """A model by MLflow URI (`models:/<name>@champion`, `models:/<name>/<version>`, `runs:/...`) or by the path of an
+    exported model directory (models/final). MLflow loads the registered pyfunc from code: nothing is unpickled."""
+    if ":/" not in model:
+        directory = Path(model)
+        if not directory.is_dir():
+            raise UserError(
+                f"--model {model}: no such directory; give an exported model directory (models/final) or a "
+                "registered model URI such as models:/<name>@champion"
+            )
+        return ExportedModel.load(directory)
+    import mlflow.pyfunc
+    from mlflow.exceptions import MlflowException
+
+    try:
+        pyfunc = mlflow.pyfunc.load_model(model)
+    except MlflowException as exc:
+        raise UserError(f"--model {model}: {exc.message} (tracking URI {mlflow.get_tracking_uri()})") from None
+    python_model = pyfunc.unwrap_python_model()
+    exported = getattr(python_model, "exported", None)
+    if not isinstance(exported, ExportedModel):
+        raise UserError(f"--model {model}: not a trainflow model (its pyfunc is {type(python_model).__name__})")
+    return exported
+
+
+def read_table(path: Path) -> pd.DataFrame:
+    """An input table read as ingest reads data (csv, tsv, parquet or jsonl by extension; the same NA spellings)."""
+    from trainflow.data.sources import read_source
+    from trainflow.params import DataParams
+
+    return read_source(DataParams.model_validate({"source": str(path.resolve())}), Path.cwd()).frame
+
+
+def write_table(frame: pd.DataFrame, path: Path) -> None:
+    """`frame` to `path` by its extension, atomically: a failed write leaves any earlier file as it was."""
+    from trainflow.io import atomic_path
+
+    suffix = path.suffix.lower()
+    if suffix not in OUTPUT_FORMATS:
+        raise UserError(f"--output {path}: unknown extension {path.suffix!r}; use one of {', '.join(OUTPUT_FORMATS)}")
+    with atomic_path(path) as tmp:
+        if suffix == ".parquet":
+            frame.to_parquet(tmp, index=False)
+        elif suffix == ".jsonl":
+            _write_jsonl(frame, tmp)
+        else:
+            frame.to_csv(tmp, index=False, sep="\t" if suffix == ".tsv" else ",")
+
+
+def _write_jsonl(frame: pd.DataFrame, path: Path, chunk: int = 65536) -> None:
+    """One JSON object per row; floats written in full (pandas' to_json keeps 10 digits), missing values as null."""
+    import json
+
+    with open(path, "w", encoding="utf-8") as f:
+        for start in range(0, len(frame), chunk):
+            part = frame.iloc[start : start + chunk]
+            part = part.astype(object).where(part.notna(), None)
+            for row in part.to_dict(orient="records"):
+                f.write(json.dumps(row, default=str, ensure_ascii=False, allow_nan=False) + "\n")
+
+
+def predict_file(model: str, input: Path, output: Path, batch_size: int = BATCH_SIZE) -> dict[str, object]:
+    """Score every row of `input` with `model`; write the rows plus the prediction columns to `output`."""
+    if not input.is_file():
+        raise UserError(f"--input {input}: no such file")
+    if output.suffix.lower() not in OUTPUT_FORMATS:
+        raise UserError(
+            f"--output {output}: unknown extension {output.suffix!r}; use one of {', '.join(OUTPUT_FORMATS)}"
+        )
+    exported = load(model)
+    frame = read_table(input)
+    taken = [c for c in frame.columns if c == "prediction" or str(c).startswith("proba_")]
+    if taken:
+        raise UserError(f"--input {input}: already has prediction column(s) {taken}; drop or rename them first")
+    scored = exported.predict_frame(frame, batch_size, where=str(input))
+    write_table(scored, output)
+    return {"model": model, "input": str(input), "output": str(output), "rows": len(scored), "task": exported.pre.task}

@@ -84,3 +84,21 @@ def test_run_reports_a_data_error_in_one_paragraph(
     assert "data/raw/missing.csv does not exist" in err
     assert "Traceback" not in err
     assert not (iris_project / "data/processed").exists()
+
+
+def test_batch_predict_flow_scores_with_the_champion(iris_project: Path, prefect_server: None) -> None:
+    import pandas as pd
+
+    from flows.batch_predict import batch_predict
+    from trainflow.params import load_params
+    from trainflow.stages import STAGES, run_stage
+
+    paths = Paths(iris_project)
+    for stage in STAGES:
+        run_stage(stage, load_params(paths.params), paths)
+    out = iris_project / "scored.parquet"
+    result = batch_predict("models:/iris@champion", str(paths.split_file("test")), str(out))
+    assert result["rows"] == read_json(paths.metrics)["n_test"]
+    scored = pd.read_parquet(out)
+    confusion = pd.read_csv(paths.test_plots / "confusion.csv", dtype=str)  # labels are strings ("0", "1", "2")
+    assert list(scored["prediction"]) == list(confusion["predicted"])

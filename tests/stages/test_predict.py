@@ -1,0 +1,217 @@
+"""Batch prediction: `trainflow predict` on the test split reproduces evaluate exactly, by registry URI or directory, in
+each output format; the model served by `mlflow models serve` answers an HTTP request with the same numbers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import FAST, make_project
+
+from trainflow import cli
+from trainflow.io import read_json
+from trainflow.params import load_params
+from trainflow.paths import Paths
+from trainflow.predict import ExportedModel
+from trainflow.stages import run_stage
+from trainflow.stages.evaluate import classification_metrics, regression_metrics
+
+
+def run_pipeline(root: Path) -> Paths:
+    paths = Paths(root)
+    for stage in ("ingest", "split", "train", "evaluate", "register"):
+        run_stage(stage, load_params(paths.params), paths)
+    return paths
+
+
+def predict(root: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> int:
+    monkeypatch.chdir(root)
+    return cli.main(["predict", *args])
+
+
+@pytest.fixture
+def blobs_run(csv_project: Path) -> Paths:
+    return run_pipeline(csv_project)
+
+
+@pytest.mark.parametrize("output", ["out.parquet", "out.csv", "out.jsonl"])
+def test_predict_reproduces_evaluate_exactly(blobs_run: Paths, monkeypatch: pytest.MonkeyPatch, output: str) -> None:
+    root = blobs_run.root
+    test_file = blobs_run.split_file("test")
+    assert (
+        predict(root, monkeypatch, "--model", "models:/blobs@champion", "--input", str(test_file), "--output", output)
+        == 0
+    )
+    if output.endswith(".parquet"):
+        out = pd.read_parquet(root / output)
+    elif output.endswith(".jsonl"):
+        out = pd.DataFrame([json.loads(line) for line in (root / output).read_text().splitlines()])
+    else:
+        out = pd.read_csv(root / output, float_precision="round_trip")
+    test = pd.read_parquet(test_file)
+    # The input rows come back unchanged, followed by the prediction columns.
+    assert list(out.columns) == [*test.columns, "prediction", "proba_a", "proba_b", "proba_c"]
+    pd.testing.assert_frame_equal(out[test.columns], test, check_dtype=False)
+    # The same predictions evaluate scored, and the same probabilities to the last bit.
+    confusion = pd.read_csv(blobs_run.test_plots / "confusion.csv")
+    assert list(out["prediction"]) == list(confusion["predicted"])
+    proba = out[["proba_a", "proba_b", "proba_c"]].to_numpy()
+    expected = ExportedModel.load(blobs_run.final).outputs(test)
+    np.testing.assert_array_equal(proba, expected)
+    labels = ExportedModel.load(blobs_run.final).pre.labels(test)
+    metrics = read_json(blobs_run.metrics)
+    assert {**classification_metrics(labels, proba), "n_test": len(test)} == metrics
+
+
+def test_predict_from_a_csv_file_and_a_model_directory(blobs_run: Paths, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a user does: a CSV of new rows (no label column), the exported model directory."""
+    root = blobs_run.root
+    test = pd.read_parquet(blobs_run.split_file("test"))
+    test.drop(columns=["label"]).to_csv(root / "new.csv", index=False)
+    assert predict(root, monkeypatch, "--model", "models/final", "--input", "new.csv", "--output", "p.csv") == 0
+    out = pd.read_csv(root / "p.csv", float_precision="round_trip")
+    assert "label" not in out.columns and len(out) == len(test)
+    confusion = pd.read_csv(blobs_run.test_plots / "confusion.csv")
+    assert list(out["prediction"]) == list(confusion["predicted"])
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--input", "missing.csv", "--output", "p.csv"], "missing.csv: no such file"),
+        (["--input", "data/raw/blobs.csv", "--output", "p.xlsx"], "unknown extension '.xlsx'"),
+        (["--input", "cut.csv", "--output", "p.csv"], "f3"),
+        (["--input", "data/raw/blobs.csv", "--output", "p.csv", "--model", "models:/nope@champion"], "nope"),
+        (["--input", "data/raw/blobs.csv", "--output", "p.csv", "--model", "no/such/dir"], "no/such/dir"),
+    ],
+)
+def test_predict_errors_name_what_to_fix(
+    blobs_run: Paths,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    needle: str,
+) -> None:
+    root = blobs_run.root
+    pd.read_csv(root / "data/raw/blobs.csv").drop(columns=["f3"]).to_csv(root / "cut.csv", index=False)
+    (root / "p.csv").write_text("earlier output\n")
+    model = [] if "--model" in args else ["--model", "models:/blobs@champion"]
+    assert predict(root, monkeypatch, *model, *args) == 2
+    assert needle in capsys.readouterr().err
+    assert (root / "p.csv").read_text() == "earlier output\n"  # nothing half-written over it
+
+
+def test_predict_regression_matches_evaluate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = make_project(
+        tmp_path / "reg", {"data.source": "builtin:diabetes", "register.model_name": "diabetes", **FAST}
+    )
+    paths = run_pipeline(root)
+    assert (
+        predict(
+            root,
+            monkeypatch,
+            "--model",
+            "models:/diabetes@champion",
+            "--input",
+            str(paths.split_file("test")),
+            "--output",
+            "p.parquet",
+        )
+        == 0
+    )
+    out = pd.read_parquet(root / "p.parquet")
+    evaluated = pd.read_csv(paths.test_plots / "predictions.csv")
+    np.testing.assert_array_equal(out["prediction"].to_numpy(), evaluated["predicted"].to_numpy())
+    metrics = read_json(paths.metrics)
+    assert {**regression_metrics(evaluated["actual"].to_numpy(), out["prediction"].to_numpy()), "n_test": len(out)} == (
+        metrics
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_mlflow_models_serve_answers_with_the_same_numbers(blobs_run: Paths, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = blobs_run.root
+    test = pd.read_parquet(blobs_run.split_file("test"))
+    assert (
+        predict(
+            root,
+            monkeypatch,
+            "--model",
+            "models:/blobs@champion",
+            "--input",
+            str(blobs_run.split_file("test")),
+            "--output",
+            "p.parquet",
+        )
+        == 0
+    )
+    expected = pd.read_parquet(root / "p.parquet")
+
+    port = free_port()
+    mlflow = Path(sys.executable).parent / "mlflow"
+    server = subprocess.Popen(
+        [
+            str(mlflow),
+            "models",
+            "serve",
+            "-m",
+            "models:/blobs@champion",
+            "--env-manager",
+            "local",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(port),
+        ],
+        cwd=root,
+        env={**os.environ, "MLFLOW_TRACKING_URI": os.environ["MLFLOW_TRACKING_URI"]},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 180
+        while True:
+            assert server.poll() is None, server.stdout.read().decode() if server.stdout else "server exited"
+            try:
+                with urllib.request.urlopen(f"{base}/ping", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "mlflow models serve did not come up in 180 s"
+            time.sleep(0.5)
+        rows = test.drop(columns=["label"])
+        body = json.dumps({"dataframe_split": {"columns": list(rows.columns), "data": rows.to_numpy().tolist()}})
+        request = urllib.request.Request(
+            f"{base}/invocations", data=body.encode(), headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=60) as r:
+            answer = pd.DataFrame(json.loads(r.read())["predictions"])
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+    assert list(answer["prediction"]) == list(expected["prediction"])
+    columns = ["proba_a", "proba_b", "proba_c"]
+    np.testing.assert_array_equal(answer[columns].to_numpy(), expected[columns].to_numpy())
