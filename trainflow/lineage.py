@@ -12,13 +12,14 @@ from trainflow.io import sha256_json
 
 
 def git_commit(root: Path) -> tuple[str, bool]:
-    """(commit, dirty). ("unknown", False) outside a git repository."""
+    """(commit, dirty): dirty if a tracked file differs from the commit. dvc.lock does not count: `dvc repro` rewrites
+    it during the very run being registered. ("unknown", False) outside a git repository."""
     try:
         commit = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
         ).stdout.strip()
         status = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)dvc.lock"],
             cwd=root,
             capture_output=True,
             text=True,
