@@ -114,13 +114,18 @@ def read_table(path: Path) -> pd.DataFrame:
     return read_source(DataParams.model_validate({"source": str(path.resolve())}), Path.cwd()).frame
 
 
+def output_format(path: Path) -> str:
+    suffix = path.suffix.lower()
+    if suffix not in OUTPUT_FORMATS:
+        raise UserError(f"--output {path}: unknown extension {path.suffix!r}; use one of {', '.join(OUTPUT_FORMATS)}")
+    return suffix
+
+
 def write_table(frame: pd.DataFrame, path: Path) -> None:
     """`frame` to `path` by its extension, atomically: a failed write leaves any earlier file as it was."""
     from trainflow.io import atomic_path
 
-    suffix = path.suffix.lower()
-    if suffix not in OUTPUT_FORMATS:
-        raise UserError(f"--output {path}: unknown extension {path.suffix!r}; use one of {', '.join(OUTPUT_FORMATS)}")
+    suffix = output_format(path)
     with atomic_path(path) as tmp:
         if suffix == ".parquet":
             frame.to_parquet(tmp, index=False)
@@ -146,10 +151,7 @@ def predict_file(model: str, input: Path, output: Path, batch_size: int = BATCH_
     """Score every row of `input` with `model`; write the rows plus the prediction columns to `output`."""
     if not input.is_file():
         raise UserError(f"--input {input}: no such file")
-    if output.suffix.lower() not in OUTPUT_FORMATS:
-        raise UserError(
-            f"--output {output}: unknown extension {output.suffix!r}; use one of {', '.join(OUTPUT_FORMATS)}"
-        )
+    output_format(output)  # before the work, not after it
     exported = load(model)
     frame = read_table(input)
     taken = [c for c in frame.columns if c == "prediction" or str(c).startswith("proba_")]
