@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,14 +25,6 @@ def dvc(root: Path, *args: str) -> str:
     proc = subprocess.run(["dvc", *args], cwd=root, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
-
-
-@pytest.fixture(scope="module")
-def prefect_server() -> Iterator[None]:
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=90):
-        yield
 
 
 def test_flow_runs_only_what_changed_and_keeps_dvc_true(iris_project: Path, prefect_server: None) -> None:
