@@ -13,10 +13,11 @@ from pathlib import Path
 
 from prefect import flow, task
 
+from tasks.retry import OUTSIDE_WORLD
 from trainflow.predict import BATCH_SIZE, predict_file
 
 
-@task(name="predict")
+@task(name="predict", **OUTSIDE_WORLD)  # loads from the registry: retried with backoff, unless the input is bad
 def predict(model: str, input: str, output: str, batch_size: int) -> dict[str, object]:
     return predict_file(model, Path(input), Path(output), batch_size)
 

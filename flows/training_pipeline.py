@@ -1,7 +1,9 @@
 """The training_pipeline flow: the five stage tasks in order, each run only when DVC sees it as changed.
 
 After each stage runs, its outputs are committed to DVC, so `dvc status` stays clean and `dvc repro` is a no-op after
-a flow run, and a later flow run over an unchanged pipeline recomputes nothing.
+a flow run, and a later flow run over an unchanged pipeline recomputes nothing. Then the run publishes its reports as
+Prefect artifacts (also when every stage was up to date) and pushes the DVC outputs to the default remote
+(`deploy.push`).
 """
 
 from __future__ import annotations
@@ -16,9 +18,12 @@ from prefect import flow, get_run_logger
 from tasks import dvc
 from tasks.evaluate import evaluate
 from tasks.ingest import ingest
+from tasks.push import push
 from tasks.register import register
 from tasks.split import split
 from tasks.train import train
+from trainflow import report
+from trainflow.params import load_params
 from trainflow.paths import Paths
 
 STAGE_TASKS = (ingest, split, train, evaluate, register)
@@ -47,7 +52,46 @@ def training_pipeline(root: str = ".", caller_reports_errors: bool = False) -> d
         print(f"[trainflow] {name}: running", flush=True)
         results[name] = stage_task(str(project))
         dvc.commit(project, name)
+    publish_artifacts(Paths(project))
+    if load_params(Paths(project).params).deploy.push:
+        push_outputs(project)
     return results
+
+
+def publish_artifacts(paths: Paths) -> None:
+    """The run's metrics beside the champion's, its MLflow run and the registry decision, as markdown artifacts.
+
+    Built from the reports on disk, so a run that found everything up to date shows the same. A failure here is
+    logged, not raised: the model is trained and registered by now, and observability must not fail the run.
+    """
+    from prefect.artifacts import create_markdown_artifact
+
+    logger = get_run_logger()
+    try:
+        artifacts = report.artifacts(paths)
+    except Exception as exc:  # noqa: BLE001 - see the docstring (e.g. a report written by an older trainflow)
+        logger.warning("could not build the artifacts from %s: %r", paths.reports, exc)
+        return
+    for artifact in artifacts:
+        try:
+            create_markdown_artifact(markdown=artifact.markdown, key=artifact.key, description=artifact.description)
+        except Exception as exc:  # noqa: BLE001 - see the docstring
+            logger.warning("could not publish the %s artifact: %s", artifact.key, exc)
+
+
+def push_outputs(project: Path) -> None:
+    """Push what dvc.lock records to DVC's default remote, so another machine can `dvc pull` this run's outputs."""
+    logger = get_run_logger()
+    remote = dvc.default_remote(project)
+    if remote is None:
+        message = "push: no default DVC remote, skipped (set one with `dvc remote add -d NAME URL`)"
+        logger.info(message)
+        print(f"[trainflow] {message}", flush=True)
+        return
+    pushed = push(str(project), remote)
+    message = f"push: {pushed['files_pushed']} file(s) sent to DVC remote {remote!r}"
+    logger.info(message)
+    print(f"[trainflow] {message}", flush=True)
 
 
 def summary(paths: Paths, results: dict[str, Any]) -> str:

@@ -36,3 +36,16 @@ def commit(root: Path, stage: str) -> None:
     """Record the outputs the stage just wrote in dvc.lock and the cache, as `dvc commit -f STAGE` does."""
     with contextlib.chdir(root), _repo(root) as repo:
         repo.commit(stage, force=True)
+
+
+def default_remote(root: Path) -> str | None:
+    """The name of DVC's default remote (`dvc remote default`), or None when none is configured."""
+    with contextlib.chdir(root), _repo(root) as repo:
+        name = repo.config["core"].get("remote")
+    return str(name) if name else None
+
+
+def push(root: Path, remote: str) -> int:
+    """Upload every output recorded in dvc.lock to `remote`, as `dvc push -r REMOTE` does; returns the files sent."""
+    with contextlib.chdir(root), _repo(root) as repo:
+        return int(repo.push(remote=remote))

@@ -28,11 +28,21 @@ os.environ.update(
         "MLFLOW_DISABLE_TELEMETRY": "true",
         "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
         "DO_NOT_TRACK": "1",
+        "TRAINFLOW_RETRY_DELAY_S": "0",  # tasks/retry.py: retries of the outside-world tasks start at once
     }
 )
 os.environ.pop("PREFECT_API_URL", None)
 # dvc.yaml runs `trainflow stage ...` through the shell: make this interpreter's scripts reachable.
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+@pytest.fixture(scope="session")
+def prefect_server() -> Iterator[None]:
+    """One local Prefect server for every test that runs flows in this process (~10 s to start)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=90):
+        yield
 
 
 @pytest.fixture(autouse=True)

@@ -64,6 +64,13 @@ def build_parser() -> argparse.ArgumentParser:
     _overrides(check)
     schema = psub.add_parser("schema", help="print the JSON Schema of params.yaml")
     _overrides(schema)
+    deploy = sub.add_parser(
+        "deploy",
+        help="serve the pipeline on a cron schedule from a Prefect server (PREFECT_API_URL); runs until Ctrl-C",
+    )
+    deploy.add_argument("--cron", help="cron expression, e.g. '0 3 * * *' (default: deploy.cron in params.yaml)")
+    deploy.add_argument("--name", help="deployment name (default: deploy.name in params.yaml)")
+    deploy.add_argument("--timezone", help="IANA time zone of the cron (default: deploy.timezone in params.yaml)")
     return parser
 
 
@@ -108,6 +115,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         result = predict_file(args.model, args.input, args.output, args.batch_size or BATCH_SIZE)
         print(json.dumps(result, indent=2))
         return 0
+    if args.command == "deploy":
+        from flows.deploy import serve
+
+        return serve(paths, cron=args.cron, name=args.name, timezone=args.timezone)
     load_params(paths.params, args.overrides)  # every problem is reported before anything is written
     write_overrides(paths.params, args.overrides)  # DVC's record stays true: the file holds what ran
     if args.command == "stage":

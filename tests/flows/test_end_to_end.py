@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
+from uuid import UUID
 
 import pytest
 
@@ -28,12 +28,15 @@ def dvc(root: Path, *args: str) -> str:
     return proc.stdout
 
 
-@pytest.fixture(scope="module")
-def prefect_server() -> Iterator[None]:
-    from prefect.testing.utilities import prefect_test_harness
+def artifact_keys(flow_run_id: UUID | None) -> set[str]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
 
-    with prefect_test_harness(server_startup_timeout=90):
-        yield
+    with get_client(sync_client=True) as client:
+        artifacts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
+        )
+    return {a.key for a in artifacts if a.key}
 
 
 def test_flow_runs_only_what_changed_and_keeps_dvc_true(iris_project: Path, prefect_server: None) -> None:
@@ -47,8 +50,11 @@ def test_flow_runs_only_what_changed_and_keeps_dvc_true(iris_project: Path, pref
     reg1 = read_json(paths.registration)
     assert reg1["champion"] is True
 
-    again = training_pipeline(root=str(iris_project))
+    state = training_pipeline(root=str(iris_project), return_state=True)
+    again = state.result()
     assert all(r.get("skipped") for r in again.values())  # unchanged pipeline: nothing recomputed
+    # ... and the run still shows the metrics, the MLflow run and the registry decision, from the reports
+    assert artifact_keys(state.state_details.flow_run_id) == {"training-metrics", "mlflow-run", "registry-decision"}
 
     write_overrides(paths.params, ["train.lr=0.0005"])
     third = training_pipeline(root=str(iris_project))

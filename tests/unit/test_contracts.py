@@ -67,6 +67,7 @@ def test_params_check_exits_2_naming_both_fields_and_changes_nothing(
         "evaluate",
         "register",
         "tracking",
+        "deploy",
     }
 
 

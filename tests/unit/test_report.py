@@ -1,0 +1,102 @@
+"""The markdown a flow run publishes as Prefect artifacts, built from the reports alone (no Prefect needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from trainflow import report
+from trainflow.io import write_json
+from trainflow.paths import Paths
+
+METRICS = {"accuracy": 0.9704, "f1_macro": 0.9701, "log_loss": 0.1012, "n_test": 270}
+
+
+def registration(**changes: Any) -> dict[str, Any]:
+    reg = {
+        "model_name": "digits",
+        "version": 3,
+        "model_uri": "models:/digits/3",
+        "gate_metric": "accuracy",
+        "value": 0.9704,
+        "previous_champion": 2,
+        "previous_value": 0.9667,
+        "champion": True,
+        "champion_version": 3,
+        "tags": {"git_commit": "abc123", "data_hash": "d41d8.dir"},
+    }
+    return reg | changes
+
+
+def test_metrics_beside_the_champion_gate_metric_only_without_previous_metrics() -> None:
+    md = report.metrics_markdown(METRICS, registration())
+    assert "## Test metrics: digits v3" in md
+    assert "| metric | this run (v3) | champion before it (v2) |" in md
+    assert "| **accuracy** (gate, higher is better) | 0.9704 | 0.9667 |" in md
+    assert "| f1_macro | 0.9701 | — |" in md
+    assert "| n_test | 270 | — |" in md
+    assert "recorded when it was registered" in md
+
+
+def test_metrics_beside_every_champion_metric_when_registration_has_them() -> None:
+    previous = {"accuracy": 0.9667, "f1_macro": 0.9650, "log_loss": 0.1200, "n_test": 270}
+    md = report.metrics_markdown(METRICS, registration(previous_metrics=previous, rescored=True))
+    assert "| f1_macro | 0.9701 | 0.9650 |" in md
+    assert "| log_loss | 0.1012 | 0.1200 |" in md
+    assert "rescored on this run's test data" in md
+
+
+def test_metrics_of_a_first_version_and_a_lower_is_better_gate() -> None:
+    reg = registration(version=1, previous_champion=None, previous_value=None, champion_version=1, gate_metric="rmse")
+    md = report.metrics_markdown({"rmse": 0.5, "r2": 0.9}, reg)
+    assert "| **rmse** (gate, lower is better) | 0.5000 | — |" in md
+    assert "first version" in md
+    assert "| metric | this run |" in report.metrics_markdown({"rmse": 0.5}, None)
+
+
+def test_mlflow_run_is_a_link_on_a_tracking_server() -> None:
+    run = {"run_id": "r1", "experiment_id": "7", "tracking_uri": "https://mlflow.example.com/", "model_uri": "m"}
+    md = report.mlflow_run_markdown(run)
+    assert "[r1](https://mlflow.example.com/#/experiments/7/runs/r1)" in md
+    assert "mlflow ui" not in md
+
+
+def test_mlflow_run_in_a_local_store_says_how_to_browse_it() -> None:
+    run = {"run_id": "r1", "experiment_id": "7", "tracking_uri": "sqlite:////srv/proj/mlflow.db"}
+    md = report.mlflow_run_markdown(run)
+    assert "mlflow ui --backend-store-uri sqlite:////srv/proj/mlflow.db" in md
+    assert "http://127.0.0.1:5000/#/experiments/7/runs/r1" in md
+
+
+def test_registry_decision_in_each_case() -> None:
+    assert report.decision_line(registration()) == "v3 is the new champion: accuracy 0.9704 beats v2's 0.9667."
+    kept = registration(champion=False, champion_version=2, value=0.95)
+    assert report.decision_line(kept) == "The champion stays v2: v3's accuracy 0.9500 does not beat 0.9667."
+    first = registration(version=1, previous_champion=None, previous_value=None, champion_version=1)
+    assert "first version of digits" in report.decision_line(first)
+    assert report.decision_line(registration(decision="v3 ties v2; v2 stays")) == "v3 ties v2; v2 stays"
+
+    md = report.registry_markdown(kept)
+    assert "**The champion stays v2" in md
+    assert "| previous champion | v2 (0.9667) |" in md
+    assert "| champion now | v2 |" in md
+    assert "models:/digits@champion" in md
+    assert "| git_commit | abc123 |" in md
+
+
+def test_cells_cannot_break_a_table() -> None:
+    assert report.fmt("a|b") == "a\\|b"
+    assert report.fmt(None) == "—"
+    assert report.fmt(3) == "3"
+
+
+def test_artifacts_come_from_the_reports_that_exist(tmp_path: Path) -> None:
+    paths = Paths(tmp_path)
+    assert report.artifacts(paths) == []
+    write_json(paths.metrics, METRICS)
+    assert [a.key for a in report.artifacts(paths)] == ["training-metrics"]
+    write_json(paths.train_run, {"run_id": "r", "experiment_id": "1", "tracking_uri": "sqlite:///x.db"})
+    write_json(paths.registration, registration())
+    keys = [a.key for a in report.artifacts(paths)]
+    assert keys == ["training-metrics", "mlflow-run", "registry-decision"]
+    assert all(k.replace("-", "").isalnum() and k.islower() for k in keys)  # Prefect's rule for artifact keys

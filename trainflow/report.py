@@ -1,0 +1,169 @@
+"""What a flow run shows in Prefect: markdown built from the pipeline's reports. Pure functions of the JSON the stages
+write (reports/metrics.json, train_run.json, registration.json), so they are tested without Prefect; the flow
+publishes them as artifacts, also when every stage was up to date.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from trainflow.io import read_json
+from trainflow.paths import Paths
+from trainflow.registry import MINIMIZE
+
+NONE = "—"
+
+
+@dataclass(frozen=True)
+class Artifact:
+    key: str  # Prefect's artifact key: lowercase letters, digits and dashes; the UI groups runs' artifacts by it
+    description: str
+    markdown: str
+
+
+def fmt(value: Any) -> str:
+    """A table cell: floats to 4 decimals, None as a dash, pipes escaped so they cannot break the table."""
+    if value is None:
+        return NONE
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    return str(value).replace("|", "\\|")
+
+
+def _table(header: list[str], rows: list[list[str]], align: str = "---") -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join([align] * len(header)) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def metrics_markdown(metrics: dict[str, Any], registration: dict[str, Any] | None) -> str:
+    """The new test metrics beside those of the champion this version was compared with.
+
+    Every metric of the champion is shown when registration.json carries `previous_metrics` (its metrics on the same
+    test data); otherwise only its gate metric, as recorded in the registry.
+    """
+    reg = registration or {}
+    gate = reg.get("gate_metric")
+    version = reg.get("version")
+    previous = reg.get("previous_champion")
+    previous_metrics = reg.get("previous_metrics")
+    if not isinstance(previous_metrics, dict):
+        previous_metrics = {gate: reg.get("previous_value")} if gate and previous is not None else {}
+
+    this = f"this run (v{version})" if version is not None else "this run"
+    champion = f"champion before it (v{previous})" if previous is not None else "champion before it"
+    rows = []
+    for name in [*metrics, *(k for k in previous_metrics if k not in metrics)]:
+        label = name
+        if name == gate:
+            label = f"**{name}** (gate, {'lower' if name in MINIMIZE else 'higher'} is better)"
+        rows.append([label, fmt(metrics.get(name)), fmt(previous_metrics.get(name))])
+
+    title = f"## Test metrics: {reg['model_name']} v{version}" if "model_name" in reg else "## Test metrics"
+    parts = [title, "", _table(["metric", this, champion], rows)]
+    if reg and previous is None:
+        parts += ["", "No earlier champion: this is the first version of the model."]
+    elif reg.get("rescored"):
+        parts += ["", f"The champion (v{previous}) was rescored on this run's test data."]
+    elif reg:
+        parts += ["", f"v{previous}'s metrics are those recorded when it was registered."]
+    return "\n".join(parts) + "\n"
+
+
+def run_link(tracking_uri: str, experiment_id: str, run_id: str) -> str | None:
+    """The MLflow UI page of a run when the tracking server is reachable over http(s), else None."""
+    if not tracking_uri.startswith(("http://", "https://")):
+        return None
+    return f"{tracking_uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
+
+
+def mlflow_run_markdown(train_run: dict[str, Any]) -> str:
+    """Where the training run is: a link for an MLflow server, else the store and the command to browse it."""
+    uri = str(train_run.get("tracking_uri", ""))
+    exp, run = str(train_run.get("experiment_id", "")), str(train_run.get("run_id", ""))
+    lines = ["## MLflow run", ""]
+    link = run_link(uri, exp, run)
+    lines.append(f"- run: [{run}]({link})" if link else f"- run: `{run}` (experiment {exp})")
+    if train_run.get("model_uri"):
+        lines.append(f"- logged model: `{train_run['model_uri']}`")
+    lines.append(f"- tracking store: `{uri}`")
+    if not link:
+        lines += [
+            "",
+            "Browse it on the machine that ran the flow:",
+            "",
+            f"    mlflow ui --backend-store-uri {uri}",
+            "",
+            f"then open http://127.0.0.1:5000/#/experiments/{exp}/runs/{run}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def decision_line(reg: dict[str, Any]) -> str:
+    """One line: did this version take the champion alias, and why. The register stage's own words if it gave some."""
+    if reg.get("decision"):
+        return str(reg["decision"])
+    gate, value, version = reg["gate_metric"], reg["value"], reg["version"]
+    previous, old = reg.get("previous_champion"), reg.get("previous_value")
+    if previous is None:
+        return f"v{version} is the champion: the first version of {reg['model_name']} ({gate} {fmt(value)})."
+    if reg["champion"]:
+        return f"v{version} is the new champion: {gate} {fmt(value)} beats v{previous}'s {fmt(old)}."
+    return f"The champion stays v{reg['champion_version']}: v{version}'s {gate} {fmt(value)} does not beat {fmt(old)}."
+
+
+def registry_markdown(reg: dict[str, Any]) -> str:
+    """The registry version this run created, the champion decision, how to load the champion, the lineage."""
+    name = reg["model_name"]
+    previous = reg.get("previous_champion")
+    rows = [
+        ["model version", f"`{reg['model_uri']}`"],
+        ["gate metric", fmt(reg["gate_metric"])],
+        [f"v{reg['version']}", fmt(reg["value"])],
+        ["previous champion", f"v{previous} ({fmt(reg.get('previous_value'))})" if previous is not None else NONE],
+        ["champion now", f"v{reg['champion_version']}" if reg.get("champion_version") is not None else NONE],
+    ]
+    parts = [
+        f"## Registry decision: {name} v{reg['version']}",
+        "",
+        f"**{decision_line(reg)}**",
+        "",
+        _table(["", ""], rows),
+        "",
+        f"Load the champion: `mlflow.pyfunc.load_model('models:/{name}@champion')`",
+    ]
+    tags = reg.get("tags") or {}
+    if tags:
+        parts += [
+            "",
+            "Lineage tags of this version:",
+            "",
+            _table(["tag", "value"], [[k, fmt(v)] for k, v in tags.items()]),
+        ]
+    return "\n".join(parts) + "\n"
+
+
+def artifacts(paths: Paths) -> list[Artifact]:
+    """The markdown artifacts for the reports that exist under `paths` (all three after a successful run)."""
+    registration = read_json(paths.registration) if paths.registration.is_file() else None
+    out = []
+    if paths.metrics.is_file():
+        out.append(
+            Artifact(
+                "training-metrics",
+                "Test metrics of this run's model beside the champion's",
+                metrics_markdown(read_json(paths.metrics), registration),
+            )
+        )
+    if paths.train_run.is_file():
+        out.append(
+            Artifact(
+                "mlflow-run", "The MLflow run that trained the model", mlflow_run_markdown(read_json(paths.train_run))
+            )
+        )
+    if registration is not None:
+        out.append(
+            Artifact("registry-decision", "Registry version and champion decision", registry_markdown(registration))
+        )
+    return out
