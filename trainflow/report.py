@@ -101,16 +101,8 @@ def mlflow_run_markdown(train_run: dict[str, Any]) -> str:
 
 
 def decision_line(reg: dict[str, Any]) -> str:
-    """One line: did this version take the champion alias, and why. The register stage's own words if it gave some."""
-    if reg.get("decision"):
-        return str(reg["decision"])
-    gate, value, version = reg["gate_metric"], reg["value"], reg["version"]
-    previous, old = reg.get("previous_champion"), reg.get("previous_value")
-    if previous is None:
-        return f"v{version} is the champion: the first version of {reg['model_name']} ({gate} {fmt(value)})."
-    if reg["champion"]:
-        return f"v{version} is the new champion: {gate} {fmt(value)} beats v{previous}'s {fmt(old)}."
-    return f"The champion stays v{reg['champion_version']}: v{version}'s {gate} {fmt(value)} does not beat {fmt(old)}."
+    """One line: did this version take the champion alias, and why — the register stage's own words."""
+    return str(reg.get("decision") or "no decision recorded (registered by an older trainflow)")
 
 
 def registry_markdown(reg: dict[str, Any]) -> str:
