@@ -64,6 +64,8 @@ def metrics_markdown(metrics: dict[str, Any], registration: dict[str, Any] | Non
     parts = [title, "", _table(["metric", this, champion], rows)]
     if reg and previous is None:
         parts += ["", "No earlier champion: this is the first version of the model."]
+    elif reg.get("previous_value") is None:
+        parts += ["", f"The champion (v{previous}) could not be scored on this run's test data: see the decision."]
     elif reg.get("rescored"):
         parts += ["", f"The champion (v{previous}) was rescored on this run's test data."]
     elif reg:

@@ -39,6 +39,13 @@ def predict(root: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> int:
     return cli.main(["predict", *args])
 
 
+def predict_test_split(paths: Paths, monkeypatch: pytest.MonkeyPatch, model: str, output: str) -> int:
+    """`trainflow predict --model MODEL --input data/splits/test.parquet --output OUTPUT` in the project."""
+    return predict(
+        paths.root, monkeypatch, "--model", model, "--input", str(paths.split_file("test")), "--output", output
+    )
+
+
 @pytest.fixture
 def blobs_run(csv_project: Path) -> Paths:
     return run_pipeline(csv_project)
@@ -48,10 +55,7 @@ def blobs_run(csv_project: Path) -> Paths:
 def test_predict_reproduces_evaluate_exactly(blobs_run: Paths, monkeypatch: pytest.MonkeyPatch, output: str) -> None:
     root = blobs_run.root
     test_file = blobs_run.split_file("test")
-    assert (
-        predict(root, monkeypatch, "--model", "models:/blobs@champion", "--input", str(test_file), "--output", output)
-        == 0
-    )
+    assert predict_test_split(blobs_run, monkeypatch, "models:/blobs@champion", output) == 0
     if output.endswith(".parquet"):
         out = pd.read_parquet(root / output)
     elif output.endswith(".jsonl"):
@@ -116,19 +120,7 @@ def test_predict_regression_matches_evaluate(tmp_path: Path, monkeypatch: pytest
         tmp_path / "reg", {"data.source": "builtin:diabetes", "register.model_name": "diabetes", **FAST}
     )
     paths = run_pipeline(root)
-    assert (
-        predict(
-            root,
-            monkeypatch,
-            "--model",
-            "models:/diabetes@champion",
-            "--input",
-            str(paths.split_file("test")),
-            "--output",
-            "p.parquet",
-        )
-        == 0
-    )
+    assert predict_test_split(paths, monkeypatch, "models:/diabetes@champion", "p.parquet") == 0
     out = pd.read_parquet(root / "p.parquet")
     evaluated = pd.read_csv(paths.test_plots / "predictions.csv")
     np.testing.assert_array_equal(out["prediction"].to_numpy(), evaluated["predicted"].to_numpy())
@@ -148,19 +140,7 @@ def free_port() -> int:
 def test_mlflow_models_serve_answers_with_the_same_numbers(blobs_run: Paths, monkeypatch: pytest.MonkeyPatch) -> None:
     root = blobs_run.root
     test = pd.read_parquet(blobs_run.split_file("test"))
-    assert (
-        predict(
-            root,
-            monkeypatch,
-            "--model",
-            "models:/blobs@champion",
-            "--input",
-            str(blobs_run.split_file("test")),
-            "--output",
-            "p.parquet",
-        )
-        == 0
-    )
+    assert predict_test_split(blobs_run, monkeypatch, "models:/blobs@champion", "p.parquet") == 0
     expected = pd.read_parquet(root / "p.parquet")
 
     port = free_port()

@@ -99,3 +99,10 @@ def test_artifacts_come_from_the_reports_that_exist(tmp_path: Path) -> None:
     keys = [a.key for a in report.artifacts(paths)]
     assert keys == ["training-metrics", "mlflow-run", "registry-decision"]
     assert all(k.replace("-", "").isalnum() and k.islower() for k in keys)  # Prefect's rule for artifact keys
+
+
+def test_a_champion_that_could_not_be_scored_is_said_so() -> None:
+    reg = registration(champion=False, champion_version=2, previous_value=None, previous_metrics=None)
+    md = report.metrics_markdown(METRICS, reg)
+    assert "could not be scored on this run's test data" in md
+    assert "recorded when it was registered" not in md
