@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from uuid import UUID
 
 import pytest
+from vcs import dvc
 
 from trainflow.io import read_json
 from trainflow.params import write_overrides
@@ -20,12 +20,6 @@ def dvc_status(root: Path) -> dict[str, object]:
 
     with Repo(str(root)) as repo:
         return dict(repo.status())
-
-
-def dvc(root: Path, *args: str) -> str:
-    proc = subprocess.run(["dvc", *args], cwd=root, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc.stdout
 
 
 def artifact_keys(flow_run_id: UUID | None) -> set[str]:
