@@ -213,14 +213,18 @@ class TrainParams(Section):
     precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(
         "auto",
         description="Numeric precision: fp32; bf16 autocast (CPU and CUDA); fp16 autocast with a GradScaler "
-        "(CUDA only); auto = bf16 on GPUs that support it, else fp32.",
+        "(CUDA; on CPU it runs, slowly); auto = bf16 on GPUs with native bf16 (compute capability 8.0+: A100, "
+        "H100, RTX 30xx+), else fp32.",
     )
     tf32: bool = Field(False, description="CUDA: allow TF32 tensor cores for fp32 matmuls and convolutions.")
     max_grad_norm: float | None = Field(
         1.0, gt=0, description="Clip the global gradient norm to this value (after unscaling); null disables."
     )
     max_nonfinite: int = Field(
-        5, ge=1, description="Stop with an error after this many consecutive updates with a non-finite loss/gradient."
+        5,
+        ge=1,
+        description="Stop with an error after this many consecutive updates with a non-finite loss/gradient (fp16: "
+        "16 more, the GradScaler's own overflow probes as it halves its initial scale of 2**16).",
     )
     eval_every: int | None = Field(
         None, ge=1, description="Evaluate on the val split every this many optimizer updates; null = once per epoch."

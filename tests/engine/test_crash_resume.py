@@ -1,4 +1,5 @@
-"""SIGKILL at a random update, or in the middle of writing a checkpoint; `resume: auto` must finish bit-identically."""
+"""SIGKILL at a random update, or in the middle of writing a checkpoint; `resume: auto` must finish bit-identically,
+also under fp16 with a GradScaler whose scale backs off and grows throughout the run, and on the device path."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -18,20 +20,29 @@ SCRIPT = Path(__file__).with_name("crash_run.py")
 TOTAL_UPDATES = 4 * 13  # 4 epochs of ceil(203 / 16) windows
 
 
-def train(ckpt: Path, out: Path, failpoint: str | None = None) -> subprocess.CompletedProcess[str]:
+def train(ckpt: Path, out: Path, flags: str, failpoint: str | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ}
     env.pop("TRAINFLOW_FAILPOINT", None)
     if failpoint:
         env["TRAINFLOW_FAILPOINT"] = failpoint
-    return subprocess.run([sys.executable, str(SCRIPT), str(ckpt), str(out)], env=env, capture_output=True, text=True)
+    args = [sys.executable, str(SCRIPT), str(ckpt), str(out), *([flags] if flags else [])]
+    return subprocess.run(args, env=env, capture_output=True, text=True)
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    base = tmp_path_factory.mktemp("full")
-    run = train(base / "ckpt", base / "out")
-    assert run.returncode == 0, run.stderr
-    return base / "out"
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The uninterrupted run's outputs for the given flags (one run per flags, shared by the tests)."""
+    done: dict[str, Path] = {}
+
+    def get(flags: str) -> Path:
+        if flags not in done:
+            base = tmp_path_factory.mktemp("full")
+            run = train(base / "ckpt", base / "out", flags)
+            assert run.returncode == 0, run.stderr
+            done[flags] = base / "out"
+        return done[flags]
+
+    return get
 
 
 def same_run(a: Path, b: Path) -> bool:
@@ -39,35 +50,36 @@ def same_run(a: Path, b: Path) -> bool:
     # Compare the bits (as int32), so even -0.0 vs 0.0 or two different NaNs would count as a difference.
     bitwise = wa.keys() == wb.keys() and all(wa[k].view(torch.int32).equal(wb[k].view(torch.int32)) for k in wa)
     history = [json.loads((d / "history.json").read_text()) for d in (a, b)]
-    return bitwise and history[0] == history[1]  # every evaluation: same update, losses, metrics, lr
+    counts = [json.loads((d / "counts.json").read_text()) for d in (a, b)]  # applied updates; the scaler's state
+    return bitwise and history[0] == history[1] and counts[0] == counts[1]  # every evaluation: update, losses, lr
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize(("flags", "seed"), [("", 0), ("", 1), ("fp16", 3), ("fp16,device", 4)])
 def test_sigkill_at_a_random_update_then_resume_is_bit_identical(
-    uninterrupted: Path, tmp_path: Path, seed: int
+    uninterrupted: Any, tmp_path: Path, flags: str, seed: int
 ) -> None:
     update = random.Random(seed).randint(2, TOTAL_UPDATES - 1)
-    crashed = train(tmp_path / "ckpt", tmp_path / "out", failpoint=f"update:{update}")
+    crashed = train(tmp_path / "ckpt", tmp_path / "out", flags, failpoint=f"update:{update}")
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr
     assert not (tmp_path / "out").exists()
     # Checkpoints are written in the background: one requested just before the kill may not have landed.
     landed = list((tmp_path / "ckpt").glob("step-*"))
     assert landed or update < 6
-    resumed = train(tmp_path / "ckpt", tmp_path / "out")
+    resumed = train(tmp_path / "ckpt", tmp_path / "out", flags)
     assert resumed.returncode == 0, resumed.stderr
     assert ("train: resumed from" in resumed.stderr) == bool(landed)
-    assert same_run(uninterrupted, tmp_path / "out")
+    assert same_run(uninterrupted(flags), tmp_path / "out")
 
 
-@pytest.mark.parametrize("nth", [1, 4])
+@pytest.mark.parametrize(("flags", "nth"), [("", 1), ("", 4), ("fp16,device", 6)])
 def test_sigkill_while_writing_a_checkpoint_then_resume_is_bit_identical(
-    uninterrupted: Path, tmp_path: Path, nth: int
+    uninterrupted: Any, tmp_path: Path, flags: str, nth: int
 ) -> None:
-    crashed = train(tmp_path / "ckpt", tmp_path / "out", failpoint=f"checkpoint_write:{nth}")
+    crashed = train(tmp_path / "ckpt", tmp_path / "out", flags, failpoint=f"checkpoint_write:{nth}")
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr
     leftovers = [p.name for p in (tmp_path / "ckpt").iterdir() if p.name.endswith(".tmp")]
     assert leftovers, "the kill should have left a half-written temp checkpoint"
-    resumed = train(tmp_path / "ckpt", tmp_path / "out")
+    resumed = train(tmp_path / "ckpt", tmp_path / "out", flags)
     assert resumed.returncode == 0, resumed.stderr
-    assert same_run(uninterrupted, tmp_path / "out")
+    assert same_run(uninterrupted(flags), tmp_path / "out")
     assert not [p for p in (tmp_path / "ckpt").iterdir() if p.name.endswith(".tmp")]  # cleaned up

@@ -4,107 +4,18 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
+from engine_kit import make_trainer, mlp, reference, rel, table, text_data, text_model
 from torch import nn
 from torch.nn import functional as F
 
 from trainflow.engine.checkpoint import CheckpointError, CheckpointStore, load_checkpoint, save_checkpoint
-from trainflow.engine.data import IGNORE_INDEX, Batch, TensorData, TextData, epoch_order
-from trainflow.engine.objective import Objective
-from trainflow.engine.precision import Precision
+from trainflow.engine.data import IGNORE_INDEX, Batch, TensorData, TextData
 from trainflow.engine.schedule import Plateau, lr_at
-from trainflow.engine.trainer import NonFiniteError, Trainer
 from trainflow.errors import UserError
 from trainflow.models import MLP, build_model
-from trainflow.models.text import TextTransformer
-from trainflow.params import TrainParams
-
-BASE: dict[str, Any] = {
-    "epochs": 3,
-    "progress": False,
-    "resume": "never",
-    "patience": 1000,
-    "log_every": 5,
-    "weight_decay": 0.01,
-    "max_grad_norm": 1.0,
-    "warmup_fraction": 0.2,
-}
-
-
-def table(n: int = 203, features: int = 6, classes: int = 3, seed: int = 0) -> TensorData:
-    g = torch.Generator().manual_seed(seed)
-    return TensorData(torch.randn(n, features, generator=g), torch.randint(0, classes, (n,), generator=g))
-
-
-def make_trainer(tmp: Path, model: nn.Module, task: str = "classification", **kw: Any) -> Trainer:
-    p = TrainParams.model_validate({**BASE, **kw})
-    return Trainer(
-        model,
-        p,
-        seed=7,
-        device=torch.device("cpu"),
-        precision=Precision("fp32", "cpu"),
-        objective=Objective(task),  # type: ignore[arg-type]
-        checkpoint_dir=tmp,
-        fingerprint="test",
-    )
-
-
-def mlp() -> MLP:
-    torch.manual_seed(1)
-    return MLP(6, 3, [16], dropout=0.0)
-
-
-def flat(model: nn.Module) -> torch.Tensor:
-    return torch.cat([p.detach().flatten() for p in model.parameters()])
-
-
-def rel(a: nn.Module, b: nn.Module) -> float:
-    return float((flat(a) - flat(b)).norm() / flat(b).norm())
-
-
-def reference(
-    model: nn.Module,
-    n: int,
-    window_loss: Any,
-    p: TrainParams,
-    *,
-    seed: int = 7,
-    skip: set[int] = frozenset(),  # type: ignore[assignment]
-    orders: Any = None,  # a dataset's own epoch_order (text: length-bucketed)
-) -> nn.Module:
-    """A plain PyTorch loop: per window, the mean loss over the window's loss terms; unfused optimizer."""
-    decay = [q for q in model.parameters() if q.ndim >= 2]
-    no_decay = [q for q in model.parameters() if q.ndim < 2]
-    groups = [{"params": decay, "weight_decay": p.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    if p.optimizer == "sgd":
-        opt: torch.optim.Optimizer = torch.optim.SGD(groups, lr=p.lr, momentum=p.momentum)
-    else:
-        opt = torch.optim.AdamW(groups, lr=p.lr)
-    window = p.batch_size * p.accumulate
-    per_epoch = math.ceil(n / window)
-    total = per_epoch * p.epochs
-    warmup = round(p.warmup_fraction * total)
-    applied = attempted = 0
-    for epoch in range(p.epochs):
-        order = orders(seed, epoch) if orders else epoch_order(n, seed, epoch)
-        for start in range(0, n, window):
-            idx = order[start : start + window]
-            attempted += 1
-            if attempted in skip:
-                continue  # the engine sees non-finite gradients here: no update, no schedule step
-            opt.zero_grad()
-            window_loss(model, idx).backward()
-            if p.max_grad_norm is not None:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), p.max_grad_norm)
-            for g in opt.param_groups:
-                g["lr"] = lr_at(p.schedule, applied, total, warmup, p.lr, p.min_lr)
-            opt.step()
-            applied += 1
-    return model
 
 
 @pytest.mark.parametrize("optimizer", ["adamw", "sgd"])
@@ -124,23 +35,6 @@ def test_accumulation_matches_plain_pytorch_with_a_partial_window(tmp_path: Path
     assert rel(small.model, big.model) <= 1e-5
     assert rel(small.model, ref) <= 1e-5
     assert rel(mlp(), ref) > 1e-2  # it did train
-
-
-def text_data(n: int = 45, vocab: int = 30, per_token: bool = True) -> TextData:
-    g = torch.Generator().manual_seed(3)
-    lengths = torch.randint(2, 19, (n,), generator=g).tolist()
-    seqs = [torch.randint(1, vocab, (k,), generator=g) for k in lengths]
-    if not per_token:
-        return TextData(seqs, torch.randint(0, 4, (n,), generator=g))
-    targets = [torch.randint(0, 4, (k,), generator=g) for k in lengths]
-    for t in targets:
-        t[torch.rand(len(t), generator=g) < 0.2] = IGNORE_INDEX  # unlabelled tokens carry no loss
-    return TextData(seqs, targets)
-
-
-def text_model(head: str) -> TextTransformer:
-    torch.manual_seed(2)
-    return TextTransformer(vocab_size=30, out_features=4, d_model=16, n_heads=2, n_layers=1, dropout=0.0, head=head)
 
 
 @pytest.mark.parametrize("head", ["token", "sequence"])
@@ -170,91 +64,6 @@ def test_accumulation_of_padded_variable_length_text_matches_plain_pytorch(tmp_p
 
         wrong = reference(text_model(head), len(data), biased, big.p, orders=data.epoch_order)
         assert rel(wrong, ref) > 1e-4
-
-
-class InfGrads(nn.Module):
-    """An MLP whose gradients become inf on chosen attempts (its hook counts backward passes per update)."""
-
-    def __init__(self, bad: set[int], accumulate: int) -> None:
-        super().__init__()
-        self.net = mlp()
-        self.bad, self.accumulate, self.calls = bad, accumulate, 0
-
-        def hook(grad: torch.Tensor) -> torch.Tensor:
-            self.calls += 1
-            attempt = (self.calls - 1) // self.accumulate + 1
-            return grad * math.inf if attempt in self.bad else grad
-
-        self.net.net[0].weight.register_hook(hook)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self.net(x)
-        return out
-
-
-def test_skipped_updates_leave_weights_and_schedule_alone(tmp_path: Path) -> None:
-    data = table(n=192)
-    bad = {5, 6, 14}
-    model = InfGrads(bad, accumulate=1)
-    t = make_trainer(tmp_path, model, batch_size=32, accumulate=1, epochs=4, max_nonfinite=3)
-    t.fit(data, data)
-    assert (t.state.updates, t.state.applied) == (24, 21)
-
-    def mean_loss(m: nn.Module, idx: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(m(data.x[idx]), data.y[idx])
-
-    ref = reference(mlp(), len(data), mean_loss, t.p, skip=bad)
-    assert rel(model.net, ref) <= 1e-5
-    # The schedule stood still on the skips: the last applied update used the rate of applied update 20.
-    assert math.isclose(float(t.lr), lr_at("cosine", 20, 24, round(0.2 * 24), t.p.lr, t.p.min_lr), rel_tol=1e-6)
-
-
-def test_device_and_host_decisions_are_bit_identical(tmp_path: Path) -> None:
-    data = table(n=192)
-    runs = []
-    for on_device in (True, False):
-        model = InfGrads({3, 4, 9}, accumulate=2)
-        t = make_trainer(tmp_path / str(on_device), model, batch_size=16, accumulate=2, epochs=4, log_every=3)
-        t.decide_on_device = on_device
-        t.fit(data, data)
-        runs.append((model.net.state_dict(), t.state.history, t.state.applied))
-    (w1, h1, a1), (w2, h2, a2) = runs
-    assert a1 == a2 == 21 and h1 == h2
-    assert all(torch.equal(w1[k], w2[k]) for k in w1)
-
-
-def test_too_many_non_finite_updates_stop_with_the_last_good_checkpoint_kept(tmp_path: Path) -> None:
-    data = table(n=192)
-    model = InfGrads(set(range(9, 100)), accumulate=1)
-    t = make_trainer(tmp_path, model, batch_size=32, max_nonfinite=3, checkpoint_every=4, log_every=1)
-    with pytest.raises(NonFiniteError, match="3 consecutive updates had a non-finite") as err:
-        t.fit(data, data)
-    assert str(tmp_path) in str(err.value)
-    store = CheckpointStore(tmp_path, keep_last=5)
-    latest = store.latest()
-    assert latest is not None and latest.name == "step-000000008"
-    weights = load_checkpoint(latest).tensors["model"]
-    assert all(torch.equal(weights[k], v) for k, v in model.net.state_dict().items() if k in weights) or all(
-        torch.equal(weights[f"net.{k}"], v) for k, v in model.net.state_dict().items()
-    )
-
-
-def test_the_hot_loop_never_reads_the_device(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    data = table()
-    t = make_trainer(tmp_path, mlp(), batch_size=8, accumulate=4)
-    t.decide_on_device = True  # what runs on a GPU (on CPU the trainer may read values: there is no device)
-    t.prepare(data)
-    micro = [data.batch(i) for i in torch.arange(32).split(8)]
-
-    def forbidden(*_: Any, **__: Any) -> Any:
-        raise AssertionError("host-device sync in train_step")
-
-    for name in ("item", "tolist", "__bool__", "__float__", "__int__", "cpu", "numpy"):
-        monkeypatch.setattr(torch.Tensor, name, forbidden)
-    for _ in range(3):
-        t.train_step(micro)
-    monkeypatch.undo()
-    assert int(t.applied) == 3  # they were applied, on the device
 
 
 def test_schedules() -> None:

@@ -8,10 +8,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-import torch
 
 from trainflow import cli
-from trainflow.engine.precision import resolve_precision
 from trainflow.errors import ParamsError
 from trainflow.params import load_params, write_overrides
 
@@ -78,9 +76,3 @@ def test_every_field_has_a_description() -> None:
     for name, definition in s["$defs"].items():
         for field, spec in definition["properties"].items():
             assert spec.get("description"), f"{name}.{field} has no description"
-
-
-def test_fp16_needs_cuda() -> None:
-    with pytest.raises(ParamsError, match="train.precision"):
-        resolve_precision("fp16", torch.device("cpu"))
-    assert resolve_precision("auto", torch.device("cpu")).name == "fp32"

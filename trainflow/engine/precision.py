@@ -43,21 +43,17 @@ def resolve_device(requested: str) -> torch.device:
 
 
 def resolve_precision(requested: str, device: torch.device) -> Precision:
-    if requested == "fp16" and device.type != "cuda":
-        raise ParamsError(
-            "params.yaml",
-            [
-                (
-                    "train.precision",
-                    f"fp16 with a GradScaler needs a CUDA GPU, but training runs on {device.type}; "
-                    "use bf16 (autocast works on CPU) or fp32",
-                )
-            ],
-        )
+    """fp32 | bf16 | fp16 as requested (fp16 runs on CPU too, slowly: its GradScaler logic is the same as on CUDA);
+    auto = bf16 on a GPU with native bf16 (compute capability 8.0+), else fp32."""
     if requested == "auto":
-        bf16_ok = device.type == "cuda" and torch.cuda.is_bf16_supported()
-        return Precision("bf16" if bf16_ok else "fp32", device.type)
+        return Precision("bf16" if native_bf16(device) else "fp32", device.type)
     return Precision(requested, device.type)
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether `device` computes in bf16 at full speed. Pre-Ampere GPUs (V100, T4) accept bf16 tensors but emulate
+    the arithmetic, many times slower than fp32: torch's default check counts that emulation as support."""
+    return device.type == "cuda" and torch.cuda.is_bf16_supported(including_emulation=False)
 
 
 def configure_backends(params: TrainParams, device: torch.device) -> None:

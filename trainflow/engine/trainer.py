@@ -59,6 +59,11 @@ class NullLogger:
         pass
 
 
+# fp16: the GradScaler starts at a scale of 2**16 and halves it on each overflow, so up to 16 skips in a row are its
+# own search for a scale that fits (large models need several at the start), not a diverged model.
+FP16_PROBES = 16
+
+
 class NonFiniteError(UserError):
     """Too many consecutive updates had a non-finite loss or gradient."""
 
@@ -71,9 +76,10 @@ class TrainState:
     position: int = 0  # windows done in the current epoch: the data position, in index space
     updates: int = 0  # windows stepped through (applied + skipped): the loop's clock
     applied: int = 0  # optimizer updates applied (the schedule's clock; read from the device at sync points)
+    consecutive_nonfinite: int = 0  # skipped updates in a row, as of the last read
     samples: int = 0
     tokens: int = 0
-    loss_terms: int = 0  # samples or target tokens the train loss was summed over
+    loss_terms: int = 0  # samples or target tokens of applied updates: what the train loss was summed over
     best_metric: float | None = None
     best_update: int = -1
     bad_evals: int = 0  # evaluations since the last improvement (early stopping patience is counted in these)
@@ -81,8 +87,8 @@ class TrainState:
     checkpoint_update: int = -1
     stopped_early: bool = False
     history: list[dict[str, float]] = field(default_factory=list)
-    # The train loss summed over all terms (folded in from the device at each read), and its value at the last
-    # log and evaluation, for per-interval means.
+    # The train loss of applied updates summed over their terms (folded in from the device at each read), and its
+    # value at the last log and evaluation, for per-interval means.
     loss_sum: float = 0.0
     loss_at_log: float = 0.0
     terms_at_log: int = 0
@@ -98,7 +104,9 @@ class Plan:
 
 
 def build_optimizer(model: nn.Module, p: TrainParams, lr: torch.Tensor) -> torch.optim.Optimizer:
-    """AdamW or SGD with momentum, fused, with a tensor learning rate; no weight decay on biases and norm weights."""
+    """AdamW or SGD with momentum, fused, with a tensor learning rate; no weight decay on biases and norm weights.
+
+    Every parameter gets its optimizer state here, before the first update (`init_state`)."""
     params = [q for q in model.parameters() if q.requires_grad]
     decay = [q for q in params if q.ndim >= 2]
     no_decay = [q for q in params if q.ndim < 2]
@@ -108,9 +116,38 @@ def build_optimizer(model: nn.Module, p: TrainParams, lr: torch.Tensor) -> torch
         if g["params"]
     ]
     # fused=True: one kernel for all parameters, and it accepts `found_inf` to skip an update without a host sync.
+    optimizer: torch.optim.Optimizer
     if p.optimizer == "sgd":
-        return torch.optim.SGD(groups, lr=lr, momentum=p.momentum, fused=True)
-    return torch.optim.AdamW(groups, lr=lr, fused=True)
+        optimizer = torch.optim.SGD(groups, lr=lr, momentum=p.momentum, fused=True)
+    else:
+        optimizer = torch.optim.AdamW(groups, lr=lr, fused=True)
+    init_state(optimizer)
+    return optimizer
+
+
+def init_state(optimizer: torch.optim.Optimizer) -> None:
+    """Create each parameter's optimizer state now, as the optimizer's first update would.
+
+    The fused kernels honour `found_inf` by not writing anything, but the optimizer allocates state before the kernel
+    runs: a skipped *first* SGD update leaves a momentum buffer of uninitialised memory (`empty_like`) that the next
+    update reads. With the state in place, no update is a first one, so a skipped update changes no state tensor.
+    Zero state is the first update exactly: SGD's buf = momentum * 0 + grad = grad (no dampening); AdamW's moments and
+    step count start at zero.
+    """
+    for group in optimizer.param_groups:
+        for q in group["params"]:
+            state = optimizer.state[q]
+            if state:
+                continue
+            if isinstance(optimizer, torch.optim.SGD):
+                if group["momentum"]:
+                    state["momentum_buffer"] = torch.zeros_like(q, memory_format=torch.preserve_format)
+            elif isinstance(optimizer, torch.optim.AdamW):
+                state["step"] = torch.zeros((), dtype=torch.float32, device=q.device)  # fused: a float32 tensor
+                state["exp_avg"] = torch.zeros_like(q, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(q, memory_format=torch.preserve_format)
+            else:
+                raise TypeError(f"init_state does not know the state of {type(optimizer).__name__}")
 
 
 class Trainer:
@@ -148,21 +185,24 @@ class Trainer:
         self.optimizer = build_optimizer(self.model, params, self.lr)
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision.uses_scaler)
         # Where skip decisions happen: on an accelerator, on the device (the host never waits for it); on CPU, in
-        # Python (there is nothing to wait for). Both give the same results; tests run both.
+        # Python (there is nothing to wait for). Both give bit-identical results; tests run both on CPU.
         self.decide_on_device = device.type != "cpu"
-        self._applied = self._consecutive = self._worst = 0  # the host-side counters (CPU)
-        self._rates: list[float] = []
-        # Device-side counters: the hot loop updates them without the host ever waiting.
-        self.applied = torch.zeros(1, dtype=torch.long, device=device)  # applied updates, the schedule's index
-        self.consecutive = torch.zeros((), device=device)  # non-finite updates in a row
-        self.worst = torch.zeros((), device=device)  # longest such run since the host last looked
-        self.loss_acc = torch.zeros((), device=device)  # train loss summed since the host last read it
+        self._rates: list[float] = []  # the schedule table as floats, for the host path
+        # The device path's counters. The host path keeps the same counts in `state` (applied, loss_terms,
+        # consecutive_nonfinite) and `_worst`; on the device path `_sync` copies these into `state`.
+        self.dev_applied = torch.zeros(1, dtype=torch.long, device=device)  # applied updates: the schedule's index
+        self.dev_terms = torch.zeros((), dtype=torch.long, device=device)  # loss terms of applied updates, since read
+        self.dev_consecutive = torch.zeros((), device=device)  # skipped updates in a row
+        self.dev_worst = torch.zeros((), device=device)  # longest such run since the host last looked
+        self._worst = 0
+        # Both paths: the train loss of applied updates, summed since the host last read it (float32, then folded
+        # into state.loss_sum in float64), and the current window's loss.
+        self.loss_acc = torch.zeros((), device=device)
+        self._window_loss = torch.zeros((), device=device)
         self._skip = torch.zeros((), device=device)
         self._seeds: dict[int, torch.Tensor] = {}
-        self._no_sync = getattr(self.model, "no_sync", None)
         self.grad_norm = torch.zeros((), device=device)  # of the last update, before clipping
         self._zero = torch.zeros((), device=device)
-        self._one = torch.ones((), device=device)
         self.state = TrainState()
         self.plan = Plan(1, 1, 1)
         self.plateau: Plateau | None = None
@@ -170,13 +210,17 @@ class Trainer:
         self._clock = (time.perf_counter(), 0, 0, 0.0)  # (time, samples, tokens, flops) at the last log
         self._flops = 0.0
         self._logged_at = 0
-        self._consecutive_seen = 0
         self._best_weights: tuple[int, dict[str, torch.Tensor]] | None = None
 
     # --- the training step --------------------------------------------------------------------------------------
 
     def train_step(self, micro_batches: list[Batch]) -> None:
-        """One optimizer update over one window of micro-batches. On an accelerator nothing here waits for it."""
+        """One optimizer update over one window of micro-batches. On an accelerator nothing here waits for it.
+
+        Per micro-batch: forward under autocast, backward of its summed loss times scale / count (count = the loss
+        terms of the whole window). Then: unscale (fp16), clip, and apply the update if the gradient norm is finite,
+        else skip it: weights, optimizer state and the schedule stay as they were. Last, fp16's scale adapts.
+        """
         self.optimizer.zero_grad(set_to_none=True)
         count = sum(b.count for b in micro_batches)  # loss terms in the window; a partial window has fewer
         # Seeding backward with 1/count divides the window's summed loss once: every term weighs exactly 1/count.
@@ -185,54 +229,57 @@ class Trainer:
             seed = self._seeds[count] = torch.full((), 1.0 / count, device=self.device)
         if self.scaler.is_enabled():
             seed = self.scaler.scale(seed)
-        last = len(micro_batches) - 1
-        for i, batch in enumerate(micro_batches):
-            # Under DistributedDataParallel, gradients are all-reduced only on the window's last micro-batch.
-            with contextlib.nullcontext() if self._no_sync is None or i == last else self._no_sync():
-                with self.precision.autocast():
-                    out = self.forward(**batch.inputs)
-                loss_sum = self.objective.loss_sum(out, batch.target)
-                loss_sum.backward(seed)
-            self.loss_acc += loss_sum.detach()
+        window_loss = self._window_loss.zero_()
+        for batch in micro_batches:
+            with self.precision.autocast():
+                out = self.forward(**batch.inputs)
+            loss_sum = self.objective.loss_sum(out, batch.target)
+            loss_sum.backward(seed)
+            window_loss += loss_sum.detach()
         if self.scaler.is_enabled():
             self.scaler.unscale_(self.optimizer)  # clip the true gradients, not scaled ones
         grad_norm = self._clip_gradients()
         if self.decide_on_device:
-            self._step_on_device(grad_norm)
+            self._step_on_device(grad_norm, window_loss, count)
         else:
-            self._step_on_host(grad_norm)
+            self._step_on_host(grad_norm, window_loss, count)
         if self.scaler.is_enabled():
-            self.scaler.update()  # fp16: an overflow lowers the scale for the next update
+            self.scaler.update()  # fp16: an overflow halves the scale; growth_interval finite updates double it
         self.grad_norm = grad_norm
 
-    def _step_on_device(self, grad_norm: torch.Tensor) -> None:
+    def _step_on_device(self, grad_norm: torch.Tensor, window_loss: torch.Tensor, count: int) -> None:
         """Apply or skip the update without the host waiting: flags, counters and the schedule stay on the device."""
-        # Non-finite norm <=> some gradient is inf/NaN (a non-finite loss makes them so): x - x is 0 only if finite.
-        finite = torch.eq(grad_norm - grad_norm, 0)
-        skip = torch.logical_not(finite, out=self._skip)  # float 0/1, as the fused kernel wants
-        torch.index_select(self._table, 0, self.applied, out=self.lr.view(1))  # the schedule, at applied updates
+        # A non-finite norm <=> some gradient is inf/NaN (a non-finite loss makes them so); x - x is 0 only if finite.
+        is_finite = torch.eq(grad_norm - grad_norm, 0)
+        skip = torch.logical_not(is_finite, out=self._skip)  # float 0/1, as the fused kernel wants
+        torch.index_select(self._table, 0, self.dev_applied, out=self.lr.view(1))  # the rate of this applied update
         opt: Any = self.optimizer
-        opt.grad_scale, opt.found_inf = None, skip  # the fused kernel leaves params and its step count alone
+        opt.grad_scale, opt.found_inf = None, skip  # found_inf = 1: the fused kernel writes nothing
         self.optimizer.step()
         del opt.grad_scale, opt.found_inf
-        self.applied += finite  # the schedule advances only on applied updates
-        torch.addcmul(skip, self.consecutive, skip, out=self.consecutive)  # (run + 1) if skipped, else 0
-        torch.maximum(self.worst, self.consecutive, out=self.worst)
+        self.dev_applied += is_finite  # the schedule advances only on applied updates
+        self.loss_acc += torch.where(is_finite, window_loss, self._zero)  # a skipped window's inf/NaN stays out
+        self.dev_terms.add_(is_finite, alpha=count)
+        torch.addcmul(skip, self.dev_consecutive, skip, out=self.dev_consecutive)  # (run + 1) if skipped, else 0
+        torch.maximum(self.dev_worst, self.dev_consecutive, out=self.dev_worst)
 
-    def _step_on_host(self, grad_norm: torch.Tensor) -> None:
+    def _step_on_host(self, grad_norm: torch.Tensor, window_loss: torch.Tensor, count: int) -> None:
         """The same decisions on CPU, where the device is the host and reading a value costs a memory load.
 
-        Bit-identical to `_step_on_device` (same rates, same fused kernel); it saves the half-dozen scalar kernels
-        that only exist to keep an accelerator from waiting.
+        Bit-identical to `_step_on_device` (same rates, same fused kernel, same float32 loss sums); it saves the
+        scalar kernels that only exist to keep an accelerator from waiting.
         """
+        s = self.state
         if math.isfinite(grad_norm.item()):
-            self.lr.fill_(self._rates[self._applied])
+            self.lr.fill_(self._rates[s.applied])
             self.optimizer.step()
-            self._applied += 1
-            self._consecutive = 0
+            s.applied += 1
+            self.loss_acc += window_loss
+            s.loss_terms += count
+            s.consecutive_nonfinite = 0
         else:
-            self._consecutive += 1
-            self._worst = max(self._worst, self._consecutive)
+            s.consecutive_nonfinite += 1
+            self._worst = max(self._worst, s.consecutive_nonfinite)
 
     def _clip_gradients(self) -> torch.Tensor:
         """Global L2 norm of the gradients (returned), clipped to max_grad_norm. Two foreach calls, no host sync."""
@@ -325,7 +372,6 @@ class Trainer:
             s.position = w + 1
             s.samples += len(idx)
             s.tokens += sum(b.tokens for b in micro)
-            s.loss_terms += sum(b.count for b in micro)
             if self.peak_flops and self.flops_per_batch is not None:
                 self._flops += sum(self.flops_per_batch(b) for b in micro)
             bar.update(1)
@@ -356,17 +402,21 @@ class Trainer:
         """Read every device counter in one transfer, and stop if too many updates in a row were non-finite."""
         s = self.state
         if self.decide_on_device:
-            counters = (self.loss_acc, self.grad_norm, self.lr, self.applied[0], self.consecutive, self.worst)
-            loss_acc, grad_norm, lr, applied, consecutive, worst = torch.stack([t.double() for t in counters]).tolist()
-            self.worst.zero_()
+            counters = [self.loss_acc, self.grad_norm, self.lr, self.dev_applied[0], self.dev_terms]
+            counters += [self.dev_consecutive, self.dev_worst]
+            loss_acc, grad_norm, lr, applied, terms, consecutive, worst = torch.stack(
+                [t.double() for t in counters]
+            ).tolist()
+            s.applied, s.consecutive_nonfinite = int(applied), int(consecutive)
+            s.loss_terms += int(terms)
+            self.dev_terms.zero_()
+            self.dev_worst.zero_()
         else:
             loss_acc, grad_norm, lr = (t.item() for t in (self.loss_acc, self.grad_norm, self.lr))
-            applied, consecutive, worst = self._applied, self._consecutive, self._worst
-            self._worst = 0
-        s.applied, self._consecutive_seen = int(applied), int(consecutive)
+            worst, self._worst = self._worst, 0
         s.loss_sum += loss_acc  # in float64 on the host; the device sums only since the last read
         self.loss_acc.zero_()
-        if worst >= self.p.max_nonfinite:
+        if worst >= self.p.max_nonfinite + (FP16_PROBES if self.scaler.is_enabled() else 0):
             raise NonFiniteError(
                 f"train: {int(worst)} consecutive updates had a non-finite loss or gradient (by update {s.updates}, "
                 f"epoch {s.epoch}); lower train.lr, set train.max_grad_norm, or use fp32 "
@@ -465,7 +515,6 @@ class Trainer:
             "fingerprint": self.fingerprint,
             "state": asdict(s),
             "plateau": asdict(self.plateau) if self.plateau else None,
-            "consecutive_nonfinite": self._consecutive_seen,  # applied updates are in state; the rest was just read
             "best_step": self.store.path(s.best_update).name if s.best_update >= 0 else None,
             "optimizer": opt_meta,
             "scaler": self.scaler.state_dict(),
@@ -521,9 +570,10 @@ class Trainer:
             if self.scaler.is_enabled() and ckpt.meta["scaler"]:
                 self.scaler.load_state_dict(ckpt.meta["scaler"])
             self.state = TrainState(**ckpt.meta["state"])
-            self._applied, self._consecutive = self.state.applied, int(ckpt.meta["consecutive_nonfinite"])
-            self.applied.fill_(self._applied)
-            self.consecutive.fill_(self._consecutive)
+            if "consecutive_nonfinite" in ckpt.meta:  # written by trainflow 0.1.0, before it moved into the state
+                self.state.consecutive_nonfinite = int(ckpt.meta["consecutive_nonfinite"])
+            self.dev_applied.fill_(self.state.applied)
+            self.dev_consecutive.fill_(self.state.consecutive_nonfinite)
             restore_rng(ckpt.tensors["rng"], ckpt.meta["rng"])
             if self.plateau is not None and ckpt.meta.get("plateau"):
                 self.plateau = Plateau(**ckpt.meta["plateau"])

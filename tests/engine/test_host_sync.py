@@ -1,0 +1,145 @@
+"""No host sync in the hot loop: `train_step` on the device path (what runs on a GPU, forced here on the CPU) never
+reads a value back to the host, for tables and text, accumulation 1 and > 1, adamw and sgd, fp32, bf16 and fp16.
+
+On CPU nothing waits, so the guard looks at what would wait on a GPU: every ATen op that needs a device value on the
+host (caught by a TorchDispatchMode, which also sees the backward pass) and the tensor methods that read memory
+without dispatching an op on CPU (tolist, numpy).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from engine_kit import make_trainer, mlp, table, text_data, text_model
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from trainflow.engine.data import Batch, Dataset
+
+aten = torch.ops.aten
+# Ops whose result (or output size) depends on tensor values, so a GPU must finish and copy to the host first.
+SYNC_OPS = {
+    aten._local_scalar_dense.default,  # .item(), float(), int(), bool()
+    aten.is_nonzero.default,
+    aten.nonzero.default,  # also torch.where(cond), argwhere
+    aten.masked_select.default,
+    aten._unique.default,
+    aten._unique2.default,
+    aten.unique_dim.default,
+    aten.unique_consecutive.default,
+    aten.equal.default,
+    aten.bincount.default,
+    aten.repeat_interleave.Tensor,
+}
+# Indexing with a boolean mask is a nonzero in disguise (the CPU kernel does it without dispatching nonzero).
+MASK_INDEXING = {aten.index.Tensor, aten.index_put.default, aten.index_put_.default, aten._index_put_impl_.default}
+HOST_READS = ("tolist", "numpy", "__array__")
+
+
+class HostSyncError(AssertionError):
+    pass
+
+
+class _NoSync(TorchDispatchMode):
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func in SYNC_OPS:
+            raise HostSyncError(f"host-device sync in train_step: {func}")
+        if func in MASK_INDEXING:
+            indices = args[1] if len(args) > 1 else kwargs.get("indices", [])
+            if any(i is not None and i.dtype in (torch.bool, torch.uint8) for i in indices):
+                raise HostSyncError(f"host-device sync in train_step: {func} with a boolean mask")
+        return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def no_host_sync() -> Iterator[None]:
+    def forbidden(name: str) -> Any:
+        def read(*_: Any, **__: Any) -> Any:
+            raise HostSyncError(f"host-device sync in train_step: Tensor.{name}()")
+
+        return read
+
+    with pytest.MonkeyPatch.context() as mp:
+        for name in HOST_READS:
+            mp.setattr(torch.Tensor, name, forbidden(name))
+        with _NoSync():
+            yield
+
+
+def windows(data: Dataset, batch_size: int, accumulate: int, n: int) -> list[list[Batch]]:
+    """n windows of micro-batches, built before the guard: batching is data preparation, not the step."""
+    size = batch_size * accumulate
+    return [[data.batch(i) for i in torch.arange(k * size, (k + 1) * size).split(batch_size)] for k in range(n)]
+
+
+def poison(param: torch.Tensor, attempts: set[int], accumulate: int) -> None:
+    """Gradients of `param` become inf on the given 1-based updates: the skip path runs under the guard too."""
+    calls = [0]
+
+    def hook(grad: torch.Tensor) -> torch.Tensor:
+        calls[0] += 1
+        return grad * float("inf") if (calls[0] - 1) // accumulate + 1 in attempts else grad
+
+    param.register_hook(hook)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("optimizer", ["adamw", "sgd"])
+@pytest.mark.parametrize("accumulate", [1, 4])
+@pytest.mark.parametrize("kind", ["table", "text"])
+def test_train_step_never_reads_the_device(
+    tmp_path: Path, kind: str, accumulate: int, optimizer: str, precision: str
+) -> None:
+    if kind == "table":
+        model: torch.nn.Module = mlp()
+        data: Dataset = table(n=64)
+        first = model.net[0].weight  # type: ignore[index]
+    else:
+        model = text_model("token")
+        data = text_data(n=64)
+        first = model.head.weight  # type: ignore[union-attr]
+    batch_size = 16 // accumulate
+    t = make_trainer(tmp_path, model, precision=precision, optimizer=optimizer, batch_size=batch_size,
+                     accumulate=accumulate)  # fmt: skip
+    t.decide_on_device = True
+    t.prepare(data)
+    poison(first, {2}, accumulate)
+    steps = windows(data, batch_size, accumulate, 4)
+    with no_host_sync():
+        for micro in steps:
+            t.train_step(micro)
+    assert int(t.dev_applied) == 3  # three applied, the poisoned one skipped, all decided on the device
+
+
+@pytest.mark.parametrize(
+    "injected",
+    [
+        lambda g: g.item(),
+        lambda g: torch.nonzero(g),
+        lambda g: bool(g > 0),
+        lambda g: g.tolist(),
+        lambda g: g.unsqueeze(0)[g.unsqueeze(0) > 0],
+    ],
+    ids=["item", "nonzero", "bool", "tolist", "mask-index"],
+)
+def test_the_guard_catches_a_sync_added_to_the_step(tmp_path: Path, injected: Any) -> None:
+    """The guard itself can fail: a sync slipped into the update (here, after clipping) is caught."""
+    t = make_trainer(tmp_path, mlp(), batch_size=16)
+    t.decide_on_device = True
+    data = table(n=64)
+    t.prepare(data)
+    clip = t._clip_gradients
+
+    def clip_then_sync() -> torch.Tensor:
+        norm = clip()
+        injected(norm)
+        return norm
+
+    t._clip_gradients = clip_then_sync  # type: ignore[method-assign]
+    with pytest.raises(HostSyncError, match="host-device sync"), no_host_sync():
+        t.train_step(windows(data, 16, 1, 1)[0])
