@@ -85,11 +85,12 @@ def iris_project(tmp_path: Path) -> Path:
     return make_project(tmp_path / "proj", {"data.source": "builtin:iris", "register.model_name": "iris", **FAST})
 
 
-def blobs(n: int = 240, classes: int = 3, features: int = 4, seed: int = 0) -> pd.DataFrame:
-    """Well separated Gaussian blobs: any working classifier scores near 1.0 on them."""
+def blobs(n: int = 240, classes: int = 3, features: int = 4, seed: int = 0, separation: float = 6.0) -> pd.DataFrame:
+    """Gaussian blobs; with the default separation any working classifier scores near 1.0 on them, with ~1 they
+    overlap, so a model makes mistakes (and macro and micro averages differ)."""
     rng = np.random.default_rng(seed)
     y = rng.integers(0, classes, n)
-    centers = rng.normal(0, 6, (classes, features))
+    centers = rng.normal(0, separation, (classes, features))
     x = centers[y] + rng.normal(0, 1, (n, features))
     frame = pd.DataFrame(x, columns=[f"f{i}" for i in range(features)])
     frame["label"] = np.array(["a", "b", "c", "d", "e"])[y]

@@ -13,6 +13,7 @@ from torch.nn import functional as F
 
 from trainflow.engine.checkpoint import CheckpointError, CheckpointStore, load_checkpoint, save_checkpoint
 from trainflow.engine.data import IGNORE_INDEX, Batch, TensorData, TextData
+from trainflow.engine.objective import Objective
 from trainflow.engine.schedule import Plateau, lr_at
 from trainflow.errors import UserError
 from trainflow.models import MLP, build_model
@@ -145,15 +146,31 @@ def test_detect_anomaly_names_the_op(tmp_path: Path) -> None:
         t.fit(table(), table())
 
 
-def test_regression_objective(tmp_path: Path) -> None:
+def test_regression_objective_reports_in_the_targets_units(tmp_path: Path) -> None:
+    from sklearn.metrics import mean_squared_error, r2_score
+
     g = torch.Generator().manual_seed(0)
     x = torch.randn(256, 6, generator=g)
-    data = TensorData(x, x @ torch.arange(1.0, 7.0) + 0.1 * torch.randn(256, generator=g))
+    y = 500.0 + 40.0 * (x @ torch.arange(1.0, 7.0)) + 4.0 * torch.randn(256, generator=g)  # target units
+    mean, std = float(y.mean()), float(y.std(correction=0))
+    data = TensorData(x, (y - mean) / std)  # what the train stage feeds the engine: standardised targets
     torch.manual_seed(0)
     t = make_trainer(tmp_path, MLP(6, 1, [32], 0.0), task="regression", batch_size=32, epochs=60, lr=1e-2,
                      monitor="val_r2")  # fmt: skip
+    t.objective = Objective("regression", target_scale=std)
     t.fit(data, data)
-    assert t.p.minimize is False and t.state.best_metric is not None and t.state.best_metric > 0.95
+    assert t.p.minimize is False
+    with torch.no_grad():
+        predicted = (t.model(x).reshape(-1) * std + mean).double().numpy()
+    truth = y.double().numpy()
+    metrics = t.evaluate(data)
+    assert metrics["val_rmse"] == pytest.approx(mean_squared_error(truth, predicted) ** 0.5, rel=1e-4)
+    assert metrics["val_loss"] == pytest.approx(mean_squared_error(truth, predicted), rel=1e-4)
+    assert metrics["val_r2"] == pytest.approx(r2_score(truth, predicted), abs=1e-5)
+    assert metrics["val_r2"] > 0.98 and metrics["val_rmse"] < 0.15 * std  # it learned the linear rule
+    # The train loss is in the same units as val_loss: comparable on one plot.
+    last = t.state.history[-1]
+    assert 0.2 < last["train_loss"] / last["val_loss"] < 5
     bad = make_trainer(tmp_path / "x", MLP(6, 1, [4], 0.0), task="regression", monitor="val_accuracy")
     with pytest.raises(UserError, match="train.monitor"):
         bad.fit(data, data)

@@ -1,6 +1,10 @@
 """Losses as sums over loss terms, and validation metrics accumulated on the device.
 
 The engine divides a window's loss sum once by the window's `Batch.count`; an objective never averages itself.
+
+Regression trains on standardised targets ((y - mean) / std, fitted on train), but every loss and metric it reports
+is in the target's own units: the squared error (val_loss, train_loss) times std**2, val_rmse times std. So val_rmse
+and the test split's rmse mean the same thing, and min_delta of an early-stopping rule is in the units users know.
 """
 
 from __future__ import annotations
@@ -18,8 +22,10 @@ Task = Literal["classification", "regression"]
 class Objective:
     """Cross-entropy for classification (per sample or per token), squared error for regression."""
 
-    def __init__(self, task: Task) -> None:
+    def __init__(self, task: Task, target_scale: float = 1.0) -> None:
         self.task = task
+        # Regression: the std the targets were divided by; reported squared errors are multiplied by its square.
+        self.loss_unit = target_scale**2 if task == "regression" else 1.0
         # Validation sums kept on the device; names of what `metrics()` reads from them.
         self.sum_names = ("loss", "count", "correct") if task == "classification" else ("loss", "count", "y", "y2")
 
@@ -43,11 +49,11 @@ class Objective:
 
     def metrics(self, sums: dict[str, float], prefix: str = "val_") -> dict[str, float]:
         n = max(sums["count"], 1.0)
-        out = {f"{prefix}loss": sums["loss"] / n}
+        out = {f"{prefix}loss": sums["loss"] / n * self.loss_unit}
         if self.task == "classification":
             out[f"{prefix}accuracy"] = sums["correct"] / n
         else:
-            total = sums["y2"] - sums["y"] ** 2 / n  # n * variance of the targets
-            out[f"{prefix}rmse"] = (sums["loss"] / n) ** 0.5
+            total = sums["y2"] - sums["y"] ** 2 / n  # n * variance of the targets (scale-free, as is R²)
+            out[f"{prefix}rmse"] = (sums["loss"] / n * self.loss_unit) ** 0.5
             out[f"{prefix}r2"] = 1.0 - sums["loss"] / total if total > 0 else float("nan")
         return out

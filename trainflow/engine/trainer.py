@@ -425,6 +425,10 @@ class Trainer:
             )
         return {"loss_total": s.loss_sum, "grad_norm": grad_norm, "lr": lr}
 
+    def _mean_loss(self, loss_sum: float, terms: int) -> float:
+        """The mean train loss over `terms` loss terms, in the units the objective reports (regression: target's)."""
+        return loss_sum / max(terms, 1) * self.objective.loss_unit
+
     def _log(self, bar: Any) -> None:
         s = self.state
         dev = self._sync()
@@ -432,7 +436,7 @@ class Trainer:
         now = time.perf_counter()
         elapsed = max(now - t0, 1e-9)
         record = {
-            "train_loss": (dev["loss_total"] - s.loss_at_log) / max(s.loss_terms - s.terms_at_log, 1),
+            "train_loss": self._mean_loss(dev["loss_total"] - s.loss_at_log, s.loss_terms - s.terms_at_log),
             "lr": dev["lr"],
             "grad_norm": dev["grad_norm"],
             "skipped_updates": float(s.updates - s.applied),
@@ -491,7 +495,7 @@ class Trainer:
         record = {
             "update": float(s.updates),
             "epoch": s.updates / self.plan.per_epoch,
-            "train_loss": (dev["loss_total"] - s.loss_at_eval) / max(s.loss_terms - s.terms_at_eval, 1),
+            "train_loss": self._mean_loss(dev["loss_total"] - s.loss_at_eval, s.loss_terms - s.terms_at_eval),
             **metrics,
             "lr": dev["lr"],
         }

@@ -19,11 +19,12 @@ def classification_metrics(labels: np.ndarray, proba: np.ndarray) -> dict[str, f
     from sklearn.metrics import accuracy_score, f1_score, log_loss
 
     predicted = proba.argmax(axis=1)
-    k = proba.shape[1]
+    # Macro F1 averages over the classes that occur in the labels or the predictions: a class absent from both (a
+    # rare class that missed this test split) has no F1 to speak of, and counting it as 0 would punish a perfect model.
     return {
         "accuracy": float(accuracy_score(labels, predicted)),
-        "f1_macro": float(f1_score(labels, predicted, average="macro", labels=range(k), zero_division=0)),
-        "log_loss": float(log_loss(labels, proba.astype(np.float64), labels=range(k))),
+        "f1_macro": float(f1_score(labels, predicted, average="macro", zero_division=0)),
+        "log_loss": float(log_loss(labels, proba.astype(np.float64), labels=range(proba.shape[1]))),
     }
 
 

@@ -104,7 +104,7 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
             seed=params.seed,
             device=device,
             precision=precision,
-            objective=Objective(schema.task),
+            objective=Objective(schema.task, target_scale=pre.target_std),
             checkpoint_dir=paths.checkpoints,
             fingerprint=fingerprint(params, dhash),
             logger=logger,
