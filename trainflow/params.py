@@ -101,21 +101,23 @@ class SplitParams(Section):
     test_fraction: float = Field(0.15, gt=0, lt=1, description="Fraction of rows held out for the final test.")
     stratify: bool = Field(
         True,
-        description="Classification: assign rows to splits within each class, so class proportions match across "
-        "splits (still stable under appended rows).",
+        description="Classification: split each class in the given fractions, within one row (a class too small "
+        "for val and test stays in train, with a warning); still stable under appended rows.",
     )
     key: list[str] | None = Field(
         None,
-        description="Columns whose hash decides a row's split (an id); null = the hash of the whole row. A row keeps "
-        "its split when new rows are appended.",
+        description="Columns whose seeded hash keys a row (an id); null = the hash of the whole row. Each key's split "
+        "is saved with the splits, so a row keeps its split when new rows are appended.",
     )
     group_by: str | None = Field(
-        None, description="Column of group ids (a user, a patient): all rows of a group land in the same split."
+        None,
+        description="Column of group ids (a user, a patient): all rows of a group land in the same split (stratified "
+        "by each group's most frequent class).",
     )
     time_column: str | None = Field(
         None,
-        description="Column of timestamps: train on the oldest rows, validate on later ones, test on the newest "
-        "(overrides key/group_by/stratify).",
+        description="Column of timestamps: train on the oldest rows, validate on later ones, test on the newest; "
+        "equal timestamps never straddle a boundary (overrides key/group_by/stratify).",
     )
 
     @model_validator(mode="after")

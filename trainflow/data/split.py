@@ -1,29 +1,32 @@
-"""Train/val/test split of the processed table, stable under appended rows.
+"""Train/val/test split of the processed table: exact fractions, stratified by class, stable under appended rows.
 
-A row's split is decided by a seeded hash of the row itself (its `split.key` columns, or all of its columns), so
-appending new rows to the data never moves an existing row to another split: what was test stays test, and a model
-is never retrained on rows it was once evaluated on. Nothing about the assignment depends on the other rows, which
-also means duplicate rows (or rows with equal keys) always share a split, and the split sizes match the fractions in
-expectation rather than exactly.
+Every row has a key: the seeded 64-bit hash of its `split.key` columns, of its `split.group_by` column, or of the whole
+row. Rows with one key (a group, or duplicate rows) always share a split. The split of every key is saved with the
+splits (`assignment.parquet`), and the next split with the same settings (seed, fractions, stratification, key
+columns) keeps every saved key where it was: appending rows never moves an existing row, so what was test stays test
+and a model is never trained on rows it was once evaluated on.
 
-Modes, in order of precedence:
+Sizes are exact. Within each stratum — a class, with `split.stratify` on a classification task; else the whole table —
+each split holds the stratum's rows times its fraction, rounded up or down (within one row), and the split totals are
+exact the same way whenever the strata allow it (always for a fresh split of rows with distinct keys). Every class
+keeps at least one row in train; a class too small to reach val or test stays in train, with a warning, never an
+error. New keys take the places that keep each stratum at its fractions: a stratum's new rows, in the order of their
+keys (a seeded random order), fill its new test places first, then val, then train.
 
-- `split.time_column`: the oldest rows train, later ones validate, the newest test (by position in time order, so
-  this mode is deliberately *not* stable under appends: new, newer rows push the boundaries forward).
-- `split.group_by`: the hash of the group column alone decides, so every row of a group lands in the same split.
-- otherwise the hash of `split.key` (null = the processed table's columns: features, text column, target).
-
-With `split.stratify` on a classification task the hash is unchanged (it is uniform and independent of the class,
-so each class is split in the given proportions in expectation); the split then checks that every class is
-represented where it can be (every class in train; a class of 3 or more rows in val and in test too; a class of
-one row cannot be stratified) and raises a DataError naming the class and how to fix it when one is not. These checks
-look at all rows, so appending rows can make a table fail them (a class growing from 2 to 3 rows must then reach val
-and test), but they never move a row.
+`split.time_column` instead sorts the rows by time: the oldest train, later ones validate, the newest test, and rows
+with equal timestamps are never on two sides of a boundary. It is deliberately not stable under appends (newer rows
+push the boundaries forward) and saves no assignment.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -35,8 +38,11 @@ from trainflow.params import SplitParams
 
 SPLITS = ("train", "val", "test")
 TRAIN, VAL, TEST = 0, 1, 2
-_FIX = "add rows of that class, merge rare classes into one, set split.stratify: false, or {fractions}"
+ASSIGNMENT = "assignment.parquet"
+FORMAT = 1  # of the saved assignment; a change starts every project's assignment afresh
 _MAX_LISTED = 10
+# The proper non-empty subsets of the three splits, for the feasibility test in `quotas`.
+_SUBSETS = [s for k in (1, 2) for s in itertools.combinations(range(3), k)]
 
 
 def hash_key(seed: int) -> str:
@@ -44,59 +50,362 @@ def hash_key(seed: int) -> str:
     return hashlib.blake2b(f"trainflow.split:{seed}".encode(), digest_size=8).hexdigest()
 
 
-def uniform(frame: pd.DataFrame, columns: list[str], seed: int) -> np.ndarray:
-    """A number in [0, 1) per row: the seeded 64-bit hash of the row's `columns`, scaled down by 2**64.
-
-    Only the top 53 bits are kept (all a float64 holds exactly), so a hash near 2**64 never rounds up to 1.0.
-    """
-    h = hash_pandas_object(frame[columns], index=False, hash_key=hash_key(seed)).to_numpy(dtype=np.uint64)
-    return (h >> np.uint64(11)).astype(np.float64) * 2.0**-53
+def row_keys(frame: pd.DataFrame, columns: list[str], seed: int) -> np.ndarray:
+    """The seeded 64-bit hash (uint64) of each row's `columns`: a function of those values and dtypes alone."""
+    return hash_pandas_object(frame[columns], index=False, hash_key=hash_key(seed)).to_numpy(dtype=np.uint64)
 
 
-def assign(frame: pd.DataFrame, schema: Schema, p: SplitParams, seed: int) -> np.ndarray:
-    """Split of every row: an int8 array, 0=train, 1=val, 2=test (indices into SPLITS).
+@dataclass
+class Assignment:
+    """The split of every key (sorted, unique uint64 keys), and the settings it was made under."""
 
-    Hash modes (key, whole row, group_by): with u = the row's seeded hash / 2**64 in [0, 1), a row is test if
-    u < test_fraction, val if u < test_fraction + val_fraction, else train. A row's split depends only on that row
-    (the hashed columns and their dtypes), the seed and the fractions, so appending rows never moves an existing one,
-    and duplicate rows share a split. Split sizes, and per-class proportions when stratified, match the fractions in
-    expectation. time_column mode: rows sorted by time (stable sort; ties keep table order); the oldest
-    1 - val - test fraction trains, the next val_fraction validates, the newest rows test.
+    keys: np.ndarray
+    split: np.ndarray
+    settings: dict[str, Any]
 
-    Raises DataError for an unknown column, missing timestamps, an empty split, or (stratified) a class too small to
-    stratify or missing from a split.
+    def lookup(self, keys: np.ndarray) -> np.ndarray:
+        """The saved split of each of `keys` (int8), -1 for a key not saved."""
+        out = np.full(len(keys), -1, dtype=np.int8)
+        if len(self.keys):
+            pos = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
+            found = self.keys[pos] == keys
+            out[found] = self.split[pos[found]]
+        return out
+
+    def save(self, path: Path) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pa.table({"key": pa.array(self.keys, pa.uint64()), "split": pa.array(self.split, pa.int8())})
+        table = table.replace_schema_metadata({"trainflow": json.dumps(self.settings, sort_keys=True)})
+        pq.write_table(table, path)
+
+    @classmethod
+    def load(cls, path: Path) -> Assignment | None:
+        """The assignment saved at `path`; None (with a note on stderr) if there is none or it cannot be read."""
+        import pyarrow.parquet as pq
+
+        if not path.is_file():
+            return None
+        try:
+            table = pq.read_table(path)
+            settings = json.loads((table.schema.metadata or {})[b"trainflow"])
+            keys = table.column("key").to_numpy().astype(np.uint64)
+            split = table.column("split").to_numpy().astype(np.int8)
+        except Exception as exc:  # noqa: BLE001 - an unreadable record only means no row is kept where it was
+            print(
+                f"split: cannot read {path} ({type(exc).__name__}: {exc}); assigning every row afresh", file=sys.stderr
+            )
+            return None
+        return cls(keys, split, settings)
+
+
+@dataclass
+class Result:
+    """The split of every row (int8 indices into SPLITS), the assignment to save, and what happened."""
+
+    split: np.ndarray
+    assignment: Assignment | None
+    kept: int = 0  # rows whose key kept its saved split
+    exact: bool = True  # every split's total within one row of its fraction (always, unless appends forbid it)
+    notes: list[str] = field(default_factory=list)  # warnings shown to the user
+
+
+def assign(
+    frame: pd.DataFrame, schema: Schema, p: SplitParams, seed: int, previous: Assignment | None = None
+) -> Result:
+    """Split every row of `frame`, keeping the keys `previous` (made under the same settings) saved where they were.
+
+    Raises DataError for an unknown column, missing timestamps, or an empty split.
     """
     _check_columns(frame, p)
-    n = len(frame)
-    stratified = p.stratify and schema.task == "classification" and p.time_column is None
-    classes = _class_codes(frame, schema) if stratified else None
-    if classes is not None:
-        _check_class_sizes(classes[1], classes[2])
-
     if p.time_column is not None:
-        split = _by_time(frame, p)
+        result = Result(_by_time(frame, p), None)
     else:
-        if p.group_by is not None:
-            columns = [p.group_by]
-        elif p.key is not None:
-            columns = list(p.key)
-        else:
-            columns = _row_columns(frame, schema)
-        u = uniform(frame, columns, seed)
-        split = np.full(n, TRAIN, dtype=np.int8)
-        split[u < p.test_fraction + p.val_fraction] = VAL
-        split[u < p.test_fraction] = TEST
+        result = _by_key(frame, schema, p, seed, previous)
+    _check_not_empty(result.split, frame, p)
+    return result
 
-    _check_not_empty(split, frame, p)
-    if classes is not None:
-        _check_classes_in_every_split(*classes, split)
+
+def split_frame(
+    frame: pd.DataFrame, schema: Schema, p: SplitParams, seed: int, previous: Assignment | None = None
+) -> tuple[dict[str, pd.DataFrame], Result]:
+    """The train/val/test subsets of `frame` by `assign`, each in table order with a fresh 0..n-1 index."""
+    result = assign(frame, schema, p, seed, previous)
+    parts = {
+        name: frame.iloc[np.flatnonzero(result.split == i)].reset_index(drop=True) for i, name in enumerate(SPLITS)
+    }
+    return parts, result
+
+
+# --- keyed splits ----------------------------------------------------------------------------------------------------
+
+
+def settings(frame: pd.DataFrame, schema: Schema, p: SplitParams, seed: int) -> dict[str, Any]:
+    """What a saved assignment must have been made under to be kept: the same keys, fractions and strata."""
+    if p.group_by is not None:
+        mode, columns = "group_by", [p.group_by]
+    elif p.key is not None:
+        mode, columns = "key", list(p.key)
+    else:
+        mode, columns = "row", _row_columns(frame, schema)
+    stratified = p.stratify and schema.task == "classification"
+    return {
+        "format": FORMAT,
+        "seed": seed,
+        "val_fraction": p.val_fraction,
+        "test_fraction": p.test_fraction,
+        "mode": mode,
+        "columns": columns,
+        "stratify_by": schema.target if stratified else None,
+    }
+
+
+def _by_key(frame: pd.DataFrame, schema: Schema, p: SplitParams, seed: int, previous: Assignment | None) -> Result:
+    current = settings(frame, schema, p, seed)
+    notes: list[str] = []
+    if previous is not None and previous.settings != current:
+        changed = sorted(k for k in current if previous.settings.get(k) != current[k])
+        notes.append(f"split: the saved assignment was made with other settings ({', '.join(changed)}); every row "
+                     "is assigned afresh")  # fmt: skip
+        previous = None
+    keys = row_keys(frame, current["columns"], seed)
+    # Units: one per distinct key, in key order (the seeded hash: a random order that no row order can change).
+    unit_keys, unit_of_row, weight = _units(keys)
+    stratum_of_unit, labels = _strata(frame, schema, current["stratify_by"], unit_of_row, len(unit_keys))
+    strata = int(stratum_of_unit.max()) + 1 if len(unit_keys) else 0
+    fixed = previous.lookup(unit_keys) if previous is not None else np.full(len(unit_keys), -1, dtype=np.int8)
+
+    sizes = np.bincount(stratum_of_unit, weights=weight, minlength=strata).astype(np.int64)
+    held = fixed >= 0
+    kept = np.zeros((strata, 3), dtype=np.int64)
+    np.add.at(kept, (stratum_of_unit[held], fixed[held]), weight[held])
+    quota, exact = quotas(sizes, kept, fraction_parts(p))
+    split_of_unit = _fill(fixed, stratum_of_unit, weight, quota - kept)
+
+    split = split_of_unit[unit_of_row]
+    if labels is not None:
+        notes += _small_class_notes(labels, split, frame, schema)
+    for note in notes:
+        print(note, file=sys.stderr)
+    assignment = Assignment(unit_keys, split_of_unit, current)
+    return Result(split, assignment, kept=int(weight[held].sum()), exact=exact, notes=notes)
+
+
+def _units(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(the distinct keys in order, each row's index into them, rows per key): np.unique's answer in half its time."""
+    order = np.argsort(keys)
+    ordered = keys[order]
+    first = np.empty(len(keys), dtype=bool)
+    first[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    unit_of_row = np.empty(len(keys), dtype=np.int64)
+    unit_of_row[order] = np.cumsum(first) - 1
+    starts = np.flatnonzero(first)
+    return ordered[starts], unit_of_row, np.diff(np.append(starts, len(keys)))
+
+
+def _strata(
+    frame: pd.DataFrame, schema: Schema, stratify_by: str | None, unit_of_row: np.ndarray, units: int
+) -> tuple[np.ndarray, pd.Index | None]:
+    """The stratum of each unit (its class: the most frequent label of its rows, ties to the first label) and the
+    class labels; one stratum (0) and None when not stratified."""
+    if stratify_by is None:
+        return np.zeros(units, dtype=np.int64), None
+    if schema.target not in frame.columns:
+        raise DataError(
+            f"split: the target column {schema.target!r} is not in the processed table (available: "
+            f"{_available(frame)}); run `trainflow stage ingest` again"
+        )
+    # Classes numbered in label order: row order must not change which class the quotas settle first.
+    codes, labels = pd.factorize(frame[schema.target], sort=True)
+    codes = np.where(codes < 0, len(labels), codes)  # a missing label is a class of its own
+    stratum = np.empty(units, dtype=np.int64)
+    stratum[unit_of_row] = codes  # any row's label; right wherever a unit's rows agree (always, when rows are keys)
+    mixed = np.flatnonzero(codes != stratum[unit_of_row])
+    if len(mixed):  # groups (or ids) whose rows carry different labels: the most frequent, ties to the first label
+        units_mixed = np.unique(unit_of_row[mixed])
+        rows = np.flatnonzero(np.isin(unit_of_row, units_mixed))
+        width = len(labels) + 1
+        pairs, counts = np.unique(unit_of_row[rows].astype(np.int64) * width + codes[rows], return_counts=True)
+        unit, code = pairs // width, pairs % width
+        order = np.lexsort((code, -counts, unit))
+        first = order[np.r_[True, unit[order][1:] != unit[order][:-1]]]
+        stratum[unit[first]] = code[first]
+    return stratum, pd.Index(labels)
+
+
+PARTS = 10**9  # fractions as integer parts per billion, so n * fraction is exact (20 * 0.7 is 13.999... in floats)
+
+
+def fraction_parts(p: SplitParams) -> np.ndarray:
+    """The train, val and test fractions as integers out of PARTS (exact for fractions given with up to 9 decimals)."""
+    val, test = round(p.val_fraction * PARTS), round(p.test_fraction * PARTS)
+    return np.array([PARTS - val - test, val, test], dtype=np.int64)
+
+
+def quotas(sizes: np.ndarray, kept: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, bool]:
+    """Rows per (stratum, split): each within one row of size * fraction (fraction = weights / PARTS), never fewer
+    than the rows already `kept` there, at least one in train; and the column totals within one row of
+    total * fraction when that is possible. Returns (quota [strata, 3], whether the totals are that exact).
+
+    Each stratum starts from its lower bounds (the floor of its ideal counts, or what it keeps) and has a few rows left
+    over, each of which may go to a split whose ideal count it rounds up. Which splits get them decides the totals: a
+    bipartite assignment of the strata's leftover rows to the splits' missing rows. It exists iff for every subset S
+    of the splits, the rows S still needs are at most those the strata can give S (Hall's condition); with three
+    splits that is six inequalities, so strata are settled one at a time, each taking its best choice (largest
+    fractional parts first) that keeps the rest solvable.
+    """
+    scaled = sizes.astype(np.int64)[:, None] * weights[None, :]  # ideal counts times PARTS, exactly
+    floor, remainder = scaled // PARTS, scaled % PARTS
+    low = np.maximum(kept, floor)
+    low[:, TRAIN] = np.where(sizes > 0, np.maximum(low[:, TRAIN], 1), 0)  # every class trains on one row at least
+    high = np.maximum(low, np.maximum(kept, floor + (remainder > 0)))
+    extra = sizes - low.sum(axis=1)
+    # A stratum whose kept rows leave no rounding that fits (its history is not a split of these fractions): keep
+    # what it keeps and give its new rows, one by one, to the split furthest below its ideal count.
+    odd = (extra < 0) | (extra > (high - low).sum(axis=1))
+    for c in np.flatnonzero(odd):
+        low[c] = kept[c]
+        for _ in range(int(sizes[c] - kept[c].sum())):
+            low[c, int(np.argmax(scaled[c] - low[c] * PARTS))] += 1
+        high[c], extra[c] = low[c], 0
+    room = (high - low) > 0  # which splits a stratum's leftover rows may go to (one each)
+
+    for targets in _total_candidates(int(sizes.sum()), weights):
+        picks = _settle(room, extra, remainder, targets - low.sum(axis=0))
+        if picks is not None:
+            return low + picks, True
+    # No rounding of the totals is reachable (after appends to an unusual history): each stratum on its own.
+    picks = np.zeros_like(low)
+    for c in np.flatnonzero(extra):
+        picks[c, list(_choices(room[c], int(extra[c]), remainder[c])[0])] = 1
+    return low + picks, False
+
+
+def _total_candidates(total: int, weights: np.ndarray) -> list[np.ndarray]:
+    """The split totals within one row of total * fraction that sum to total, largest fractional parts first."""
+    scaled = total * weights
+    floor, remainder = scaled // PARTS, scaled % PARTS
+    short = int(total - floor.sum())
+    out = []
+    for ups in sorted(itertools.combinations(range(3), short), key=lambda c: (-int(remainder[list(c)].sum()), c)):
+        if all(remainder[s] > 0 for s in ups):
+            targets = floor.copy()
+            targets[list(ups)] += 1
+            out.append(targets)
+    return out
+
+
+def _choices(room: np.ndarray, extra: int, remainder: np.ndarray) -> list[tuple[int, ...]]:
+    """The ways to place `extra` leftover rows, one per split with room, best first: largest fractional parts."""
+    options = itertools.combinations(np.flatnonzero(room).tolist(), extra)
+    return sorted(options, key=lambda c: (-int(remainder[list(c)].sum()), c))
+
+
+def _settle(room: np.ndarray, extra: np.ndarray, remainder: np.ndarray, need: np.ndarray) -> np.ndarray | None:
+    """Place every stratum's leftover rows so that split s receives exactly need[s] of them; None if impossible."""
+    if (need < 0).any() or need.sum() != extra.sum():
+        return None
+    # Hall: for each subset S of splits, the rows the remaining strata can give S (a stratum gives at most its
+    # leftover, and one per split of S it has room in) must cover what S needs.
+    give = np.stack([np.minimum(extra, room[:, list(s)].sum(axis=1)) for s in _SUBSETS], axis=1)
+    can = give.sum(axis=0)
+    if any(need[list(s)].sum() > can[i] for i, s in enumerate(_SUBSETS)):
+        return None
+    picks = np.zeros_like(room, dtype=np.int64)
+    need = need.copy()
+    for c in np.flatnonzero(extra):
+        can -= give[c]
+        for choice in _choices(room[c], int(extra[c]), remainder[c]):
+            after = need.copy()
+            after[list(choice)] -= 1
+            if (after >= 0).all() and all(after[list(s)].sum() <= can[i] for i, s in enumerate(_SUBSETS)):
+                picks[c, list(choice)] = 1
+                need = after
+                break
+        else:  # pragma: no cover - Hall's condition held before this stratum, so one of its choices keeps it
+            raise AssertionError("split: no placement keeps the quotas solvable")
+    return picks
+
+
+def _fill(fixed: np.ndarray, stratum: np.ndarray, weight: np.ndarray, places: np.ndarray) -> np.ndarray:
+    """The split of every unit: its saved one, or, for new units, the stratum's open places (`places`, rows per
+    split) in key order — test first, then val, then train — each unit going where the middle of its rows falls."""
+    out = fixed.copy()
+    new = np.flatnonzero(fixed < 0)
+    if len(new) == 0:
+        return out
+    # By stratum, and within one by key (units are in key order): a stable radix sort of small ints.
+    order = new[np.argsort(stratum[new].astype(np.int32), kind="stable")] if stratum.max() > 0 else new
+    s, w = stratum[order], weight[order].astype(np.float64)
+    cumulative = np.cumsum(w)
+    starts = np.r_[True, s[1:] != s[:-1]]
+    base = np.maximum.accumulate(np.where(starts, cumulative - w, 0.0))  # rows of the stratum before the unit
+    middle = cumulative - base - w / 2
+    open_ = np.maximum(places, 0)
+    test_end = open_[s, TEST]
+    val_end = test_end + open_[s, VAL]
+    out[order] = np.where(middle < test_end, TEST, np.where(middle < val_end, VAL, TRAIN)).astype(np.int8)
+    return out
+
+
+def _small_class_notes(labels: pd.Index, split: np.ndarray, frame: pd.DataFrame, schema: Schema) -> list[str]:
+    codes, _ = pd.factorize(frame[schema.target], sort=True)
+    known = codes >= 0
+    table = np.bincount(codes[known] * 3 + split[known], minlength=len(labels) * 3).reshape(len(labels), 3)
+    small = [
+        f"{label!r} ({int(row.sum())} row{'s' if row.sum() != 1 else ''})"
+        for label, row in zip(labels, table)
+        if row[VAL] == 0 or row[TEST] == 0
+    ]
+    if not small:
+        return []
+    more = f" and {len(small) - _MAX_LISTED} more" if len(small) > _MAX_LISTED else ""
+    return [
+        f"split: too few rows for val and test, so these classes are in train but missing from val or test (no "
+        f"metric covers them there): {', '.join(small[:_MAX_LISTED])}{more}; add rows of them, or merge rare classes"
+    ]
+
+
+# --- time order ------------------------------------------------------------------------------------------------------
+
+
+def _by_time(frame: pd.DataFrame, p: SplitParams) -> np.ndarray:
+    """Oldest rows train, then val, newest test; a boundary inside a run of equal timestamps moves to the nearer end
+    of that run (ties to the older side), so no timestamp is on two sides."""
+    assert p.time_column is not None
+    times = frame[p.time_column]
+    n_missing = int(times.isna().sum())
+    if n_missing:
+        raise DataError(
+            f"split.time_column: {n_missing} of {len(frame)} rows have no timestamp in column {p.time_column!r}; "
+            "fill or drop them (data.missing: drop) or split without split.time_column"
+        )
+    n = len(frame)
+    order = times.reset_index(drop=True).sort_values(kind="stable").index.to_numpy()
+    ordered = times.to_numpy()[order]
+    test_start = _boundary(ordered, n - round(n * p.test_fraction))
+    val_start = min(_boundary(ordered, n - round(n * p.test_fraction) - round(n * p.val_fraction)), test_start)
+    by_position = np.full(n, TRAIN, dtype=np.int8)
+    by_position[val_start:test_start] = VAL
+    by_position[test_start:] = TEST
+    split = np.empty(n, dtype=np.int8)
+    split[order] = by_position
     return split
 
 
-def split_frame(frame: pd.DataFrame, schema: Schema, p: SplitParams, seed: int) -> dict[str, pd.DataFrame]:
-    """The train/val/test subsets of `frame` by `assign`, each in table order with a fresh 0..n-1 index."""
-    split = assign(frame, schema, p, seed)
-    return {name: frame.iloc[np.flatnonzero(split == i)].reset_index(drop=True) for i, name in enumerate(SPLITS)}
+def _boundary(ordered: np.ndarray, cut: int) -> int:
+    """`cut` (the first position of the newer side) moved out of a run of equal values to the run's nearer end."""
+    if cut <= 0 or cut >= len(ordered) or ordered[cut - 1] != ordered[cut]:
+        return cut
+    value = ordered[cut]
+    start = int(np.searchsorted(ordered, value, side="left"))
+    end = int(np.searchsorted(ordered, value, side="right"))
+    return start if cut - start <= end - cut else end
+
+
+# --- checks ----------------------------------------------------------------------------------------------------------
 
 
 def _available(frame: pd.DataFrame) -> str:
@@ -127,52 +436,6 @@ def _row_columns(frame: pd.DataFrame, schema: Schema) -> list[str]:
     return columns
 
 
-def _class_codes(frame: pd.DataFrame, schema: Schema) -> tuple[np.ndarray, pd.Index, np.ndarray]:
-    """Per row the index of its class label (-1 = missing label), the labels, and the rows of each class."""
-    if schema.target not in frame.columns:
-        raise DataError(
-            f"split: the target column {schema.target!r} is not in the processed table (available: "
-            f"{_available(frame)}); run `trainflow stage ingest` again"
-        )
-    codes, labels = pd.factorize(frame[schema.target])
-    return codes, pd.Index(labels), np.bincount(codes[codes >= 0], minlength=len(labels))
-
-
-def _listed(problems: list[str]) -> str:
-    more = len(problems) - _MAX_LISTED
-    return "; ".join(problems[:_MAX_LISTED]) + (f"; and {more} more" if more > 0 else "")
-
-
-def _check_class_sizes(labels: pd.Index, counts: np.ndarray) -> None:
-    small = [f"class {label!r} has {int(n)} row" for label, n in zip(labels, counts) if n < 2]
-    if small:
-        raise DataError(
-            f"split: {_listed(small)}: too small to stratify (a class needs 2 rows, one in train and one held "
-            f"out). Fix: {_FIX.format(fractions='drop the class from the data')}."
-        )
-
-
-def _by_time(frame: pd.DataFrame, p: SplitParams) -> np.ndarray:
-    assert p.time_column is not None
-    times = frame[p.time_column]
-    n_missing = int(times.isna().sum())
-    if n_missing:
-        raise DataError(
-            f"split.time_column: {n_missing} of {len(frame)} rows have no timestamp in column {p.time_column!r}; "
-            "fill or drop them (data.missing: drop) or split without split.time_column"
-        )
-    n = len(frame)
-    n_test = round(n * p.test_fraction)
-    n_val = round(n * p.val_fraction)
-    by_position = np.full(n, TRAIN, dtype=np.int8)
-    by_position[n - n_test - n_val : n - n_test] = VAL
-    by_position[n - n_test :] = TEST
-    order = times.reset_index(drop=True).sort_values(kind="stable").index.to_numpy()
-    split = np.empty(n, dtype=np.int8)
-    split[order] = by_position
-    return split
-
-
 def _check_not_empty(split: np.ndarray, frame: pd.DataFrame, p: SplitParams) -> None:
     sizes = np.bincount(split, minlength=len(SPLITS))
     fractions = {"train": 1 - p.val_fraction - p.test_fraction, "val": p.val_fraction, "test": p.test_fraction}
@@ -184,28 +447,10 @@ def _check_not_empty(split: np.ndarray, frame: pd.DataFrame, p: SplitParams) -> 
         if p.group_by is not None and p.time_column is None:
             rows += f" in {frame[p.group_by].nunique(dropna=False)} groups of split.group_by {p.group_by!r}"
             more = "add groups"
+        elif p.time_column is not None:
+            rows += f", {frame[p.time_column].nunique()} distinct timestamps"
+            more = "add rows with other timestamps"
         fix = "lower split.val_fraction / split.test_fraction" if name == "train" else f"raise split.{name}_fraction"
         raise DataError(
             f"split: the {name} split is empty ({rows}, {name} fraction {fractions[name]:g}); {more} or {fix}"
         )
-
-
-def _check_classes_in_every_split(codes: np.ndarray, labels: pd.Index, counts: np.ndarray, split: np.ndarray) -> None:
-    k = len(SPLITS)
-    known = codes >= 0
-    table = np.bincount(codes[known] * k + split[known], minlength=len(labels) * k).reshape(len(labels), k)
-    problems: list[str] = []
-    no_train = False
-    held_out: set[str] = set()
-    for label, n, row in zip(labels, counts, table):
-        absent = [name for i, name in enumerate(SPLITS) if row[i] == 0 and (i == TRAIN or n >= k)]
-        if absent:
-            problems.append(f"class {label!r} ({int(n)} rows) has no row in {' or '.join(absent)}")
-            no_train |= "train" in absent
-            held_out.update(name for name in absent if name != "train")
-    if problems:
-        fixes = ["lower split.val_fraction / split.test_fraction"] if no_train else []
-        if held_out:
-            fixes.append("raise " + " / ".join(f"split.{name}_fraction" for name in SPLITS if name in held_out))
-        fix = _FIX.format(fractions=" or ".join(fixes))
-        raise DataError(f"split: stratified by class, but {_listed(problems)}. Fix: {fix}.")

@@ -1,4 +1,8 @@
-"""split: seeded train/val/test split of the processed table, stable under appended rows."""
+"""split: exact train/val/test fractions (stratified by class), stable under appended rows.
+
+The split of every row key is saved beside the splits (data/splits/assignment.parquet; `persist: true` in dvc.yaml, so
+DVC leaves it for the next run) and kept by the next split made with the same settings.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from typing import Any
 import pandas as pd
 
 from trainflow.data.schema import Schema
-from trainflow.data.split import SPLITS, split_frame
+from trainflow.data.split import ASSIGNMENT, SPLITS, Assignment, split_frame
 from trainflow.errors import UserError
 from trainflow.io import atomic_dir, write_json
 from trainflow.params import PipelineParams
@@ -19,9 +23,15 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
         raise UserError(f"split: {paths.table} is missing; run `trainflow stage ingest` first")
     schema = Schema.read(paths.schema)
     table = pd.read_parquet(paths.table)
-    parts = split_frame(table, schema, params.split, params.seed)
+    previous = Assignment.load(paths.splits / ASSIGNMENT)
+    parts, result = split_frame(table, schema, params.split, params.seed, previous)
     with atomic_dir(paths.splits) as tmp:
         for name in SPLITS:
             parts[name].to_parquet(tmp / paths.split_file(name).name, index=False)
         write_json(tmp / paths.split_schema.name, schema.to_json())
-    return {name: len(parts[name]) for name in SPLITS}
+        if result.assignment is not None:
+            result.assignment.save(tmp / ASSIGNMENT)
+    out: dict[str, Any] = {name: len(parts[name]) for name in SPLITS}
+    if result.assignment is not None:
+        out["rows_kept_in_place"] = result.kept
+    return out
