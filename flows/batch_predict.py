@@ -14,7 +14,8 @@ from pathlib import Path
 from prefect import flow, task
 
 from tasks.retry import OUTSIDE_WORLD
-from trainflow.predict import BATCH_SIZE, predict_file
+from trainflow.batch import predict_file
+from trainflow.predict import BATCH_SIZE
 
 
 @task(name="predict", **OUTSIDE_WORLD)  # loads from the registry: retried with backoff, unless the input is bad

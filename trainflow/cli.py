@@ -107,7 +107,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 0
     if args.command == "predict":
         from trainflow import tracking
-        from trainflow.predict import BATCH_SIZE, predict_file
+        from trainflow.batch import predict_file
+        from trainflow.predict import BATCH_SIZE
 
         if args.batch_size is not None and args.batch_size < 1:
             raise UserError(f"--batch-size must be at least 1, not {args.batch_size}")

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PARAMS_FILE = "params.yaml"
+SPLITS = ("train", "val", "test")  # the split files data/splits/<name>.parquet
 
 
 def find_root(start: Path | None = None) -> Path:

@@ -1,4 +1,8 @@
-"""Load the exported model (safetensors + JSON, no pickle) and score a table with its saved preprocessing."""
+"""Load the exported model (safetensors + JSON, no pickle) and score a table with its saved preprocessing.
+
+The train, evaluate and register stages import this module, so it holds no file I/O of its own (`trainflow.batch` reads
+and writes the files of `trainflow predict`): what the stages depend on stays what they use.
+"""
 
 from __future__ import annotations
 
@@ -21,7 +25,6 @@ WEIGHTS, CONFIG = "model.safetensors", "model.json"
 # Rows scored per forward pass, by evaluate (evaluate.batch_size), `trainflow predict` and the served model alike:
 # the same batches give bit-identical outputs, so a prediction can be checked against what evaluate scored.
 BATCH_SIZE = 1024
-OUTPUT_FORMATS = (".csv", ".tsv", ".parquet", ".jsonl")
 
 
 def model_inputs(pre: Preprocessor, frame: pd.DataFrame, where: str, with_labels: bool) -> TensorData | TextData:
@@ -104,59 +107,3 @@ def load(model: str) -> ExportedModel:
     if not isinstance(exported, ExportedModel):
         raise UserError(f"--model {model}: not a trainflow model (its pyfunc is {type(python_model).__name__})")
     return exported
-
-
-def read_table(path: Path) -> pd.DataFrame:
-    """An input table read as ingest reads data (csv, tsv, parquet or jsonl by extension; the same NA spellings)."""
-    from trainflow.data.sources import read_source
-    from trainflow.params import DataParams
-
-    return read_source(DataParams.model_validate({"source": str(path.resolve())}), Path.cwd()).frame
-
-
-def output_format(path: Path) -> str:
-    suffix = path.suffix.lower()
-    if suffix not in OUTPUT_FORMATS:
-        raise UserError(f"--output {path}: unknown extension {path.suffix!r}; use one of {', '.join(OUTPUT_FORMATS)}")
-    return suffix
-
-
-def write_table(frame: pd.DataFrame, path: Path) -> None:
-    """`frame` to `path` by its extension, atomically: a failed write leaves any earlier file as it was."""
-    from trainflow.io import atomic_path
-
-    suffix = output_format(path)
-    with atomic_path(path) as tmp:
-        if suffix == ".parquet":
-            frame.to_parquet(tmp, index=False)
-        elif suffix == ".jsonl":
-            _write_jsonl(frame, tmp)
-        else:
-            frame.to_csv(tmp, index=False, sep="\t" if suffix == ".tsv" else ",")
-
-
-def _write_jsonl(frame: pd.DataFrame, path: Path, chunk: int = 65536) -> None:
-    """One JSON object per row; floats written in full (pandas' to_json keeps 10 digits), missing values as null."""
-    import json
-
-    with open(path, "w", encoding="utf-8") as f:
-        for start in range(0, len(frame), chunk):
-            part = frame.iloc[start : start + chunk]
-            part = part.astype(object).where(part.notna(), None)
-            for row in part.to_dict(orient="records"):
-                f.write(json.dumps(row, default=str, ensure_ascii=False, allow_nan=False) + "\n")
-
-
-def predict_file(model: str, input: Path, output: Path, batch_size: int = BATCH_SIZE) -> dict[str, object]:
-    """Score every row of `input` with `model`; write the rows plus the prediction columns to `output`."""
-    if not input.is_file():
-        raise UserError(f"--input {input}: no such file")
-    output_format(output)  # before the work, not after it
-    exported = load(model)
-    frame = read_table(input)
-    taken = [c for c in frame.columns if c == "prediction" or str(c).startswith("proba_")]
-    if taken:
-        raise UserError(f"--input {input}: already has prediction column(s) {taken}; drop or rename them first")
-    scored = exported.predict_frame(frame, batch_size, where=str(input))
-    write_table(scored, output)
-    return {"model": model, "input": str(input), "output": str(output), "rows": len(scored), "task": exported.pre.task}

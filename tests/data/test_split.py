@@ -10,9 +10,10 @@ from hypothesis import strategies as st
 from pandas.util import hash_pandas_object
 
 from trainflow.data.schema import Schema
-from trainflow.data.split import SPLITS, Assignment, assign, hash_key, split_frame
+from trainflow.data.split import Assignment, assign, hash_key, split_frame
 from trainflow.errors import DataError
 from trainflow.params import SplitParams
+from trainflow.paths import SPLITS
 
 LABELS = ["a", "b", "c", "d"]
 PROPERTY = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

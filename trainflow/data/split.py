@@ -35,9 +35,9 @@ from pandas.util import hash_pandas_object
 from trainflow.data.schema import Schema
 from trainflow.errors import DataError
 from trainflow.params import SplitParams
+from trainflow.paths import SPLITS
 
-SPLITS = ("train", "val", "test")
-TRAIN, VAL, TEST = 0, 1, 2
+TRAIN, VAL, TEST = 0, 1, 2  # indices into SPLITS
 ASSIGNMENT = "assignment.parquet"
 FORMAT = 1  # of the saved assignment; a change starts every project's assignment afresh
 _MAX_LISTED = 10

@@ -11,11 +11,11 @@ from typing import Any
 import pandas as pd
 
 from trainflow.data.schema import Schema
-from trainflow.data.split import ASSIGNMENT, SPLITS, Assignment, split_frame
+from trainflow.data.split import ASSIGNMENT, Assignment, split_frame
 from trainflow.errors import UserError
 from trainflow.io import atomic_dir, write_json
 from trainflow.params import PipelineParams
-from trainflow.paths import Paths
+from trainflow.paths import SPLITS, Paths
 
 
 def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:

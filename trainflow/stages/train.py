@@ -17,7 +17,6 @@ from torch import nn
 from trainflow import plots, tracking
 from trainflow.data.preprocess import Preprocessor
 from trainflow.data.schema import Schema
-from trainflow.data.split import SPLITS
 from trainflow.engine.objective import Objective
 from trainflow.engine.precision import resolve_device, resolve_precision
 from trainflow.engine.trainer import Trainer
@@ -25,7 +24,7 @@ from trainflow.errors import UserError
 from trainflow.io import atomic_dir, sha256_files, sha256_json, write_json
 from trainflow.models import build_model
 from trainflow.params import PipelineParams
-from trainflow.paths import Paths
+from trainflow.paths import SPLITS, Paths
 from trainflow.predict import CONFIG, WEIGHTS, model_inputs
 
 # Train params that do not change the trained weights: a checkpoint written under other values may still be resumed.

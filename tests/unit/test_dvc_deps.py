@@ -1,0 +1,108 @@
+"""Each dvc.yaml stage depends on exactly the project modules that stage imports, so changing one reruns the stages that
+use it, and only those.
+
+Two independent views of "what a stage imports": Python's own (the project modules in `sys.modules` after importing
+the stage in a fresh interpreter) and a static one (every import statement reachable from the stage module, including
+imports inside functions, which Python only runs when the function does). dvc.yaml must list every module of both,
+and nothing else.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from trainflow.stages import STAGES
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE = "trainflow"
+# Deps a stage has without importing them. train logs serving.py as the registered model's code (by path).
+NOT_IMPORTED = {"train": {"trainflow/serving.py"}}
+
+
+def module_file(name: str) -> Path | None:
+    path = REPO / Path(*name.split("."))
+    if (path / "__init__.py").is_file():
+        return path / "__init__.py"
+    return path.with_suffix(".py") if path.with_suffix(".py").is_file() else None
+
+
+def imported_names(file: Path, package: str) -> set[str]:
+    """Every module name an import statement anywhere in `file` may load (`from a import b` may be module a.b)."""
+    names = set()
+    for node in ast.walk(ast.parse(file.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: resolved against the importing package
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parent, *([base] if base else [])])
+            names |= {base, *(f"{base}.{alias.name}" for alias in node.names)}
+    return names
+
+
+def static_closure(module: str) -> set[str]:
+    """Files of the project modules reachable from `module` through import statements (and their packages)."""
+    found: dict[str, Path] = {}
+    todo = [module]
+    while todo:
+        parts = todo.pop().split(".")
+        if parts[0] != PACKAGE:
+            continue
+        for i in range(1, len(parts) + 1):  # importing a.b.c imports a and a.b first
+            name = ".".join(parts[:i])
+            file = module_file(name)
+            if file is None or name in found:
+                continue
+            found[name] = file
+            todo += imported_names(file, name if file.name == "__init__.py" else name.rsplit(".", 1)[0])
+    return {f.relative_to(REPO).as_posix() for f in found.values()}
+
+
+def loaded_in_fresh_interpreter(module: str) -> set[str]:
+    code = (
+        f"import importlib, json, sys; importlib.import_module({module!r}); "
+        f"print(json.dumps([m.__file__ for n, m in list(sys.modules.items()) "
+        f"if n.split('.')[0] == {PACKAGE!r} and getattr(m, '__file__', None)]))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    return {Path(f).resolve().relative_to(REPO).as_posix() for f in json.loads(out)}
+
+
+def declared_code(stage: str) -> set[str]:
+    """The .py files under trainflow/ that the stage's deps name (a directory names every file in it)."""
+    deps = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"][stage]["deps"]
+    files: set[str] = set()
+    for dep in deps:
+        path = REPO / dep
+        if not dep.startswith(f"{PACKAGE}/"):
+            continue
+        assert path.exists(), f"dvc.yaml: {stage} depends on {dep}, which does not exist"
+        found = [path] if path.is_file() else [p for p in path.rglob("*.py") if "__pycache__" not in p.parts]
+        files |= {p.relative_to(REPO).as_posix() for p in found}
+    return files
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_dvc_deps_are_exactly_the_modules_the_stage_imports(stage: str) -> None:
+    module = f"{PACKAGE}.stages.{stage}"
+    loaded = loaded_in_fresh_interpreter(module)
+    reachable = static_closure(module)
+    assert loaded <= reachable, f"imports the static scan missed: {sorted(loaded - reachable)}"
+    declared = declared_code(stage)
+    expected = reachable | NOT_IMPORTED.get(stage, set())
+    assert not expected - declared, f"dvc.yaml: stage {stage} is missing deps {sorted(expected - declared)}"
+    assert not declared - expected, f"dvc.yaml: stage {stage} lists deps it never uses: {sorted(declared - expected)}"
+
+
+def test_the_static_scan_sees_imports_inside_functions() -> None:
+    """train builds the text transformer through a function-level import, which importing the stage does not run."""
+    assert "trainflow/models/text.py" not in loaded_in_fresh_interpreter("trainflow.stages.train")
+    assert "trainflow/models/text.py" in static_closure("trainflow.stages.train")
