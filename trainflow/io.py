@@ -12,8 +12,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+# Windows cannot open a directory to fsync it (os.open fails); NTFS journals renames itself.
+FSYNC_DIRECTORIES = os.name != "nt"
+
 
 def fsync_dir(path: Path) -> None:
+    """Make a rename in `path` durable (where directories can be fsynced)."""
+    if not FSYNC_DIRECTORIES:
+        return
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

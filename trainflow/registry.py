@@ -12,7 +12,6 @@ see "no better champion" and both take the alias.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import tempfile
 from collections.abc import Callable, Iterator
@@ -66,15 +65,14 @@ def lock_path(tracking_uri: str) -> Path:
 
 @contextlib.contextmanager
 def registry_lock(tracking_uri: str) -> Iterator[Path]:
-    """An exclusive lock (flock) for one registration decision; released when the process dies, so never stale."""
+    """An exclusive lock for one registration decision (an OS file lock: released when the process dies, so never
+    stale; fcntl on POSIX, msvcrt on Windows, through the filelock package)."""
+    from filelock import FileLock
+
     path = lock_path(tracking_uri)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            yield path
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    with FileLock(path):
+        yield path
 
 
 def current_champion(client: Any, name: str) -> Any | None:

@@ -174,7 +174,7 @@ def failpoint(name: str) -> None:
         return
     _hits[name] = _hits.get(name, 0) + 1
     if _hits[name] == int(spec.rsplit(":", 1)[1]):
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM))  # Windows: SIGTERM is TerminateProcess
 
 
 _hits: dict[str, int] = {}
