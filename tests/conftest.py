@@ -105,3 +105,15 @@ def csv_project(tmp_path: Path) -> Iterator[Path]:
     )
     blobs().to_csv(root / "data/raw/blobs.csv", index=False)
     yield root
+
+
+def retrain(root: Path, seed: int) -> None:
+    """A new training run, as after new data or params: the same model, trained from another seed (new weights)."""
+    from trainflow.params import load_params, write_overrides
+    from trainflow.paths import Paths
+    from trainflow.stages import run_stage
+
+    paths = Paths(root)
+    write_overrides(paths.params, [f"seed={seed}"])
+    for stage in ("train", "evaluate"):
+        run_stage(stage, load_params(paths.params), paths)

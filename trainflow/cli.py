@@ -10,7 +10,7 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
-from trainflow.errors import UserError
+from trainflow.errors import ServiceError, UserError
 from trainflow.stages import STAGES
 
 # Quiet, offline-safe defaults for the services we drive; any of them can be overridden from the environment.
@@ -80,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ.setdefault(key, value)
     try:
         return _dispatch(args)
-    except UserError as exc:
+    except (UserError, ServiceError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:

@@ -24,3 +24,12 @@ class ParamsError(UserError):
 
 class DataError(UserError):
     """The data cannot be used as configured: the message names the file, column or row."""
+
+
+class ServiceError(Exception):
+    """A service the pipeline talks to (the MLflow tracking server) failed, and rerunning once it answers will succeed.
+
+    Not a UserError: exit code 1, and Prefect retries the task. The message names the service and what to rerun.
+    """
+
+    exit_code = 1

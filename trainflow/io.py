@@ -7,6 +7,8 @@ import hashlib
 import json
 import os
 import shutil
+import signal
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +29,22 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def exchange(a: Path, b: Path) -> bool:
+    """Swap two directories in one atomic step (Linux renameat2 RENAME_EXCHANGE); False where that is not available
+    (other systems, old kernels or libc, file systems that refuse it), so the caller falls back to two renames."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
+
+
 @contextlib.contextmanager
 def atomic_path(dest: Path) -> Iterator[Path]:
     """Yield a temp path beside `dest`; on success fsync it and rename it over `dest`, on error remove it."""
@@ -38,6 +56,7 @@ def atomic_path(dest: Path) -> Iterator[Path]:
         yield tmp
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
+        failpoint(f"rename-{dest.name}")
         os.replace(tmp, dest)
         fsync_dir(dest.parent)
     finally:
@@ -56,16 +75,21 @@ def atomic_dir(dest: Path) -> Iterator[Path]:
                 with open(p, "rb+") as f:
                     os.fsync(f.fileno())
         fsync_dir(tmp)
-        old = None
-        if dest.exists():
-            # rename() cannot replace a non-empty directory: move the old one aside first, drop it after.
-            old = dest.with_name(f".{dest.name}.old.{os.getpid()}")
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(dest, old)
-        os.replace(tmp, dest)
-        fsync_dir(dest.parent)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        failpoint(f"rename-{dest.name}")
+        if dest.exists() and exchange(tmp, dest):
+            fsync_dir(dest.parent)  # dest is the new directory, tmp the old one (removed below)
+        else:
+            old = None
+            if dest.exists():
+                # rename() cannot replace a non-empty directory: move the old one aside first, drop it after. (A
+                # crash between the two renames leaves dest missing: only where `exchange` is not available.)
+                old = dest.with_name(f".{dest.name}.old.{os.getpid()}")
+                shutil.rmtree(old, ignore_errors=True)
+                os.replace(dest, old)
+            os.replace(tmp, dest)
+            fsync_dir(dest.parent)
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -92,3 +116,22 @@ def sha256_files(paths: list[Path]) -> str:
 
 def sha256_json(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+FAILPOINT = os.environ.get("TRAINFLOW_FAILPOINT", "")  # read once: failpoint() runs on every update
+
+
+def failpoint(name: str) -> None:
+    """Fault injection for the crash tests: TRAINFLOW_FAILPOINT=<name>:<n> SIGKILLs this process on the n-th hit.
+
+    Points: `update` (after each training update), `checkpoint_write` (in the middle of a checkpoint), `rename-<name>`
+    (an atomic write's temp file or directory is complete, not yet renamed into place)."""
+    spec = FAILPOINT
+    if not spec or not spec.startswith(name + ":"):
+        return
+    _hits[name] = _hits.get(name, 0) + 1
+    if _hits[name] == int(spec.rsplit(":", 1)[1]):
+        os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM))  # Windows: SIGTERM is TerminateProcess
+
+
+_hits: dict[str, int] = {}

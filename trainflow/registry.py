@@ -24,6 +24,7 @@ from trainflow.params import RegisterParams
 MINIMIZE = {"log_loss", "rmse", "mae"}  # gate metrics where lower is better; every other one is higher-is-better
 CHAMPION, CHALLENGER = "champion", "challenger"
 TEST_HASH_TAG = "test_data_hash"
+DECISION_TAG = "registry_decision"
 
 Rescore = Callable[[str], dict[str, float]]  # models:/name/version -> its metrics on the current test split
 
@@ -99,8 +100,15 @@ def champion_metrics(champion: Any, gate: str, test_hash: str, rescore: Rescore)
     return rescore(f"models:/{champion.name}/{champion.version}"), True
 
 
+def version_of_run(client: Any, name: str, run_id: str) -> Any | None:
+    """The version of model `name` registered from run `run_id`, if any (the first, should there be several)."""
+    versions = [v for v in client.search_model_versions(f"run_id='{run_id}'") if v.name == name]
+    return min(versions, key=lambda v: int(v.version)) if versions else None
+
+
 def register(
     model_uri: str,
+    run_id: str,
     params: RegisterParams,
     metrics: dict[str, float],
     tags: dict[str, str],
@@ -108,8 +116,14 @@ def register(
     test_hash: str,
     rescore: Rescore,
 ) -> dict[str, Any]:
-    """Create a version of `params.model_name` from `model_uri` (alias `challenger`); move `champion` to it only if it
-    beats the champion, scored on the same test data (hash `test_hash`), by more than `params.min_delta`."""
+    """Register the model of run `run_id` (`model_uri`) as a version of `params.model_name` (alias `challenger`); move
+    `champion` to it only if it beats the champion, scored on the same test data (hash `test_hash`), by more than
+    `params.min_delta`.
+
+    Idempotent: a run registers at most one version. The version of `run_id` is looked up first, so a retry after a
+    partial success (version created, then an error) completes that version's decision instead of creating another,
+    and a rerun after the decision was recorded changes nothing and returns it.
+    """
     import mlflow
     from mlflow.tracking import MlflowClient
 
@@ -119,17 +133,29 @@ def register(
     new = float(metrics[gate])
     all_tags = {**tags, TEST_HASH_TAG: test_hash, **{f"metric.{k}": repr(float(v)) for k, v in metrics.items()}}
     with registry_lock(mlflow.get_tracking_uri()):
-        version = int(mlflow.register_model(model_uri, name, tags=all_tags).version)
+        existing = version_of_run(client, name, run_id)
+        if existing is not None and DECISION_TAG in existing.tags:
+            return _recorded(client, existing, gate, tags, test_hash)
+        if existing is None:
+            version = int(mlflow.register_model(model_uri, name, tags=all_tags).version)
+        else:  # created by an attempt that failed before deciding: decide now
+            version = int(existing.version)
+            for key, value in all_tags.items():
+                client.set_model_version_tag(name, str(version), key, value)
         client.set_registered_model_alias(name, CHALLENGER, str(version))
         current = current_champion(client, name)
         previous: dict[str, float] | None = None
         rescored = False
         if current is None:
             promoted, decision = True, f"version {version} is the first champion of {name}"
+        elif int(current.version) == version:  # an interrupted attempt of this registration had set the alias
+            promoted, decision = True, f"version {version} is the champion of {name} (set by an interrupted attempt)"
+            current = None
         else:
             try:
                 previous, rescored = champion_metrics(current, gate, test_hash, rescore)
-            except Exception as exc:  # noqa: BLE001 - any failure to score the champion keeps it, and says why
+            except Exception as exc:  # noqa: BLE001 - a champion that cannot be scored stays, and the decision says why
+                client.get_registered_model(name)  # ... unless the registry itself is down: then that error, raised
                 promoted = False
                 decision = (
                     f"champion stays version {current.version}: it could not be re-scored on the new test split "
@@ -148,7 +174,7 @@ def register(
                 )
         if promoted:
             client.set_registered_model_alias(name, CHAMPION, str(version))
-        client.set_model_version_tag(name, str(version), "registry_decision", decision)
+        client.set_model_version_tag(name, str(version), DECISION_TAG, decision)
     return {
         "model_name": name,
         "version": version,
@@ -162,5 +188,28 @@ def register(
         "champion": promoted,
         "champion_version": version if promoted else (int(current.version) if current else None),
         "decision": decision,
+        "tags": {**tags, TEST_HASH_TAG: test_hash},
+    }
+
+
+def _recorded(client: Any, existing: Any, gate: str, tags: dict[str, str], test_hash: str) -> dict[str, Any]:
+    """registration.json for a run whose version was registered and decided before: the registry as it is now."""
+    name, version = existing.name, int(existing.version)
+    champion = current_champion(client, name)
+    champion_version = int(champion.version) if champion is not None else None
+    return {
+        "model_name": name,
+        "version": version,
+        "model_uri": f"models:/{name}/{version}",
+        "gate_metric": gate,
+        "value": tagged_metrics(existing).get(gate),
+        "previous_champion": None,
+        "previous_value": None,
+        "previous_metrics": None,
+        "rescored": False,
+        "champion": champion_version == version,
+        "champion_version": champion_version,
+        "decision": f"already registered as version {version} by an earlier run of register, nothing changed "
+        f"(its decision then: {existing.tags[DECISION_TAG]})",
         "tags": {**tags, TEST_HASH_TAG: test_hash},
     }

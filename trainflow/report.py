@@ -83,8 +83,17 @@ def run_link(tracking_uri: str, experiment_id: str, run_id: str) -> str | None:
 def mlflow_run_markdown(train_run: dict[str, Any]) -> str:
     """Where the training run is: a link for an MLflow server, else the store and the command to browse it."""
     uri = str(train_run.get("tracking_uri", ""))
-    exp, run = str(train_run.get("experiment_id", "")), str(train_run.get("run_id", ""))
+    exp, run = str(train_run.get("experiment_id") or ""), str(train_run.get("run_id") or "")
     lines = ["## MLflow run", ""]
+    if train_run.get("tracking_error"):
+        lines += [
+            f"MLflow tracking at `{uri}` failed during training ({fmt(train_run['tracking_error'])}); the metrics "
+            "were kept in `reports/train_metrics_local.json`, and the register stage logs the model to MLflow "
+            "once the server answers.",
+            "",
+        ]
+        if not run:
+            return "\n".join(lines)
     link = run_link(uri, exp, run)
     lines.append(f"- run: [{run}]({link})" if link else f"- run: `{run}` (experiment {exp})")
     if train_run.get("model_uri"):

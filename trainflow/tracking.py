@@ -1,4 +1,5 @@
-"""MLflow tracking: where runs go, and a logger that keeps MLflow off the training hot path.
+"""MLflow tracking: where runs go, the training run (which never lets tracking fail training), the logger that keeps
+MLflow off the training hot path, and the registered model's pyfunc.
 
 The engine talks to the Logger protocol (`log(metrics, step)`, `close()`); this module is the MLflow side of it.
 mlflow is imported lazily so the CLI starts fast.
@@ -11,10 +12,25 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from trainflow.io import write_json
+from trainflow.io import sha256_files, write_json
+
+# Tags of an MLflow run that holds a trainflow model: the content hash of the exported model directory, and the URI
+# of the model logged from it. Register finds a model's run by them, so it never logs (or registers) one model twice.
+MODEL_HASH_TAG = "trainflow.model_sha256"
+MODEL_URI_TAG = "trainflow.model_uri"
+
+# How long one MLflow HTTP call may try before it counts as failed, unless set in the environment. MLflow's defaults
+# (7 retries, exponential backoff, 120 s timeouts) keep a call to a stopped server going for minutes; training must
+# not wait that long to learn that tracking is down, and register is retried by its Prefect task anyway.
+HTTP_DEFAULTS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
+}
 
 
 def tracking_uri(root: Path) -> str:
@@ -23,8 +39,10 @@ def tracking_uri(root: Path) -> str:
 
 
 def configure(root: Path) -> str:
-    """Point mlflow at this project's store; create the experiment's artifact root beside it."""
+    """Point mlflow at this project's store, with short HTTP retries (HTTP_DEFAULTS; the environment wins)."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    for key, value in HTTP_DEFAULTS.items():
+        os.environ.setdefault(key, value)
     import mlflow
 
     uri = tracking_uri(root)
@@ -73,6 +91,7 @@ class MLflowLogger:
         flush_every: int = 20,
         flush_interval_s: float = 5.0,
         close_timeout_s: float = 30.0,
+        on_failure: Callable[[str, BaseException], None] | None = None,
     ) -> None:
         if flush_interval_s <= 0 or close_timeout_s < 0:
             raise ValueError("flush_interval_s must be > 0 and close_timeout_s >= 0")
@@ -80,6 +99,7 @@ class MLflowLogger:
 
         self.run_id = run_id
         self.fallback = fallback
+        self.on_failure = on_failure  # told of a failure instead of the logger warning itself (TrainingRun warns once)
         self.flush_every = max(1, flush_every)
         self.flush_interval_s = flush_interval_s
         self.close_timeout_s = close_timeout_s
@@ -91,7 +111,8 @@ class MLflowLogger:
         self._closed = False
         self._stopping = False  # close() asked the thread to send what is left and exit
         self._abandoned = False  # close() gave up waiting: the thread sends nothing more and stays quiet
-        self._error: BaseException | None = None
+        # No run (tracking was down when it should have started): nothing is sent, every point goes to `fallback`.
+        self._error: BaseException | None = None if run_id else RuntimeError("no MLflow run to log to")
         self._timed_out = False
         self._client: Any = None  # made in the thread, on first send
         self._thread = threading.Thread(target=self._run, name=f"mlflow-logger-{run_id}", daemon=True)
@@ -177,7 +198,11 @@ class MLflowLogger:
                 self._error = exc
                 self._pending.clear()
                 quiet = self._abandoned
-            if not quiet:
+            if quiet:
+                pass
+            elif self.on_failure is not None:
+                self.on_failure("sending metrics", exc)
+            else:
                 self._warn(
                     f"MLflow logging failed ({type(exc).__name__}: {exc}); metrics are kept in {self.fallback}", 2
                 )
@@ -190,3 +215,173 @@ class MLflowLogger:
             warnings.warn(message, stacklevel=stacklevel)
         except Exception:  # noqa: BLE001 - under `-W error` a warning raises; it must not kill the thread
             print(f"warning: {message}", file=sys.stderr)
+
+
+class TrainingRun:
+    """The MLflow run of one training, whose failures never fail training.
+
+    Every MLflow call goes through `_guarded`: the first one that fails warns once — what failed, at which tracking
+    URI, where the metrics are kept instead, and that register logs the model once the server answers — and turns
+    tracking off for the rest of the run. `record()` is what reports/train_run.json holds; a run with no `model_uri`
+    (never started, or cut off before the model was logged) is completed by the register stage (`log_pending_model`).
+    """
+
+    def __init__(self, root: Path, experiment: str, fallback: Path) -> None:
+        self.root = root
+        self.experiment = experiment
+        self.fallback = fallback
+        self.uri = configure(root)
+        self.experiment_id: str | None = None
+        self.run_id: str | None = None
+        self.model_uri: str | None = None
+        self.error: str | None = None
+        self._lock = threading.Lock()
+
+    def start(self, params: dict[str, Any], tags: dict[str, str]) -> None:
+        def go() -> None:
+            from mlflow.entities import Param
+            from mlflow.tracking import MlflowClient
+
+            client = MlflowClient(self.uri)
+            self.experiment_id = ensure_experiment(self.experiment, self.root)
+            self.run_id = client.create_run(self.experiment_id, tags=tags).info.run_id
+            items = [Param(k, str(v)) for k, v in flatten(params).items()]
+            for i in range(0, len(items), 100):  # MLflow's limit on params per log_batch call
+                client.log_batch(self.run_id, params=items[i : i + 100], synchronous=True)
+
+        self._guarded("starting the run", go)
+
+    def logger(self, **kwargs: Any) -> MLflowLogger:
+        """The metrics logger of this run; with no run (tracking was down at the start) it keeps every point locally."""
+        return MLflowLogger(self.run_id or "", self.fallback, on_failure=self._failed, **kwargs)
+
+    def log_metrics(self, metrics: dict[str, float]) -> None:
+        def go() -> None:
+            from mlflow.tracking import MlflowClient
+
+            for key, value in metrics.items():
+                MlflowClient(self.uri).log_metric(str(self.run_id), key, value)
+
+        self._guarded("logging the final metrics", go)
+
+    def log_artifact(self, path: Path, directory: str) -> None:
+        def go() -> None:
+            from mlflow.tracking import MlflowClient
+
+            MlflowClient(self.uri).log_artifact(str(self.run_id), str(path), directory)
+
+        self._guarded(f"logging {path.name}", go)
+
+    def log_model(self, final: Path, example: Any) -> None:
+        def go() -> None:
+            self.model_uri = log_pyfunc(str(self.run_id), final, example)
+
+        self._guarded("logging the model", go)
+
+    def finish(self, status: str = "FINISHED") -> None:
+        def go() -> None:
+            from mlflow.tracking import MlflowClient
+
+            MlflowClient(self.uri).set_terminated(str(self.run_id), status)
+
+        self._guarded("ending the run", go)
+
+    def record(self) -> dict[str, Any]:
+        """What reports/train_run.json holds: the run, its model, and the tracking error that left them missing."""
+        return {
+            "run_id": self.run_id,
+            "experiment_id": self.experiment_id,
+            "model_uri": self.model_uri,
+            "tracking_uri": self.uri,
+            "tracking_error": self.error,
+        }
+
+    def _guarded(self, what: str, call: Callable[[], None]) -> None:
+        if self.error is not None or (self.run_id is None and what != "starting the run"):
+            return
+        try:
+            call()
+        except Exception as exc:  # noqa: BLE001 - tracking must never fail training
+            self._failed(what, exc)
+
+    def _failed(self, what: str, exc: BaseException) -> None:
+        with self._lock:
+            if self.error is not None:
+                return
+            self.error = f"{what}: {type(exc).__name__}: {exc}"
+        message = (
+            f"MLflow tracking at {self.uri} failed while {what} ({type(exc).__name__}: {exc}). Training goes on "
+            f"without it: metrics are kept in {self.fallback}, everything else in models/ and reports/; "
+            "`trainflow stage register` logs the model to MLflow once the server answers."
+        )
+        try:
+            warnings.warn(message, stacklevel=2)
+        except Exception:  # noqa: BLE001 - under `-W error` a warning raises; it must not fail training
+            print(f"warning: {message}", file=sys.stderr)
+
+
+def unavailable(exc: BaseException) -> bool:
+    """Whether `exc` means the tracking store could not be reached (as opposed to a refusal or a bug): MLflow's
+    REST client reports exhausted retries and timeouts as an MlflowException wrapping the connection error."""
+    import requests
+    from mlflow.exceptions import MlflowException
+
+    if isinstance(exc, requests.exceptions.RequestException | ConnectionError | TimeoutError):
+        return True
+    if isinstance(exc, MlflowException):
+        text = str(exc)
+        return "Max retries exceeded" in text or "failed with exception" in text or "timed out" in text.lower()
+    return False
+
+
+def model_hash(final: Path) -> str:
+    """The content hash of an exported model directory (weights, config, preprocessing, training summary)."""
+    return sha256_files(sorted(p for p in final.iterdir() if p.is_file()))
+
+
+def run_of_model(experiment_id: str, final: Path) -> tuple[str, str | None] | None:
+    """(run id, model URI or None) of the run in `experiment_id` that holds the model in `final`, if one does."""
+    from mlflow.tracking import MlflowClient
+
+    runs = MlflowClient().search_runs(
+        [experiment_id], filter_string=f"tags.`{MODEL_HASH_TAG}` = '{model_hash(final)}'", max_results=10
+    )
+    if not runs:
+        return None
+    with_model = [r for r in runs if MODEL_URI_TAG in r.data.tags]
+    run = (with_model or runs)[0]
+    return run.info.run_id, run.data.tags.get(MODEL_URI_TAG)
+
+
+def log_pyfunc(run_id: str, final: Path, example: Any) -> str:
+    """Log the exported model in `final` into run `run_id` as an MLflow pyfunc (models-from-code: serving.py, so
+    loading it never unpickles anything) and tag the run with its hash and URI; returns its models:/ URI.
+    `example`: a few rows of the raw input, for the signature."""
+    import mlflow
+    import torch
+    from mlflow.models import infer_signature
+    from mlflow.tracking import MlflowClient
+
+    import trainflow
+    from trainflow.predict import ExportedModel
+
+    exported = ExportedModel.load(final)
+    pre = exported.pre
+    inputs = example[[*pre.raw_features, *([pre.text_column] if pre.text_column else [])]]
+    package = Path(trainflow.__file__).parent
+    with warnings.catch_warnings(), mlflow.start_run(run_id=run_id):
+        # The signature is given; an input example would only make MLflow load and run the model once more.
+        warnings.filterwarnings("ignore", message=".*An input example was not provided")  # text is ANSI-coloured
+        info = mlflow.pyfunc.log_model(
+            name="model",
+            python_model=str(package / "serving.py"),
+            artifacts={"model_dir": str(final)},
+            code_paths=[str(package)],
+            signature=infer_signature(inputs, exported.predict_frame(inputs)),
+            # Listing requirements skips MLflow's ~9 s inference of them.
+            pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", "safetensors", "pandas", "numpy"],
+        )
+    client = MlflowClient()
+    client.set_tag(run_id, MODEL_HASH_TAG, model_hash(final))
+    client.set_tag(run_id, MODEL_URI_TAG, str(info.model_uri))
+    return str(info.model_uri)

@@ -12,8 +12,6 @@ from trainflow.io import read_json
 from trainflow.params import write_overrides
 from trainflow.paths import Paths
 
-pytestmark = pytest.mark.slow
-
 
 def dvc_status(root: Path) -> dict[str, object]:
     from dvc.repo import Repo
@@ -40,7 +38,7 @@ def test_flow_runs_only_what_changed_and_keeps_dvc_true(iris_project: Path, pref
     assert all(not r.get("skipped") for r in first.values())
     assert dvc_status(iris_project) == {}
     paths = Paths(iris_project)
-    assert read_json(paths.metrics)["accuracy"] > 0.6
+    assert read_json(paths.metrics)["accuracy"] >= 0.86  # what it reaches: 0.909 (20 of the 22 test rows)
     reg1 = read_json(paths.registration)
     assert reg1["champion"] is True
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from conftest import blobs
+from conftest import blobs, retrain
 
 from trainflow import registry
 from trainflow.io import read_json, write_json
@@ -42,6 +42,7 @@ def test_every_version_is_challenger_and_a_worse_one_leaves_the_champion(csv_pro
     assert aliases("blobs") == {"champion": "1", "challenger": "1"}
 
     metrics = read_json(paths.metrics)
+    retrain(csv_project, seed=1)  # a new training run: a new version
     write_json(paths.metrics, {**metrics, "accuracy": metrics["accuracy"] - 0.05})
     run_all(csv_project, ("register",))
     reg = read_json(paths.registration)
@@ -91,6 +92,7 @@ def test_a_champion_that_cannot_be_rescored_stays(csv_project: Path) -> None:
     test.iloc[:-1].to_parquet(paths.split_file("test"), index=False)  # a different test split...
     shutil.rmtree(csv_project / "mlartifacts")  # ...and the champion's files are gone
     metrics = read_json(paths.metrics)
+    retrain(csv_project, seed=1)
     write_json(paths.metrics, {**metrics, "accuracy": metrics["accuracy"] + 0.5})  # a "better" challenger
     run_all(csv_project, ("register",))
     reg = read_json(paths.registration)
@@ -104,11 +106,17 @@ def _register_twice_at_once(
 ) -> tuple[list[dict[str, Any]], list[BaseException]]:
     """Two registrations in two threads that both read the champion at the same moment, unless a lock keeps them
     apart (then the barrier times out and the second reads the champion after the first has set it)."""
+    from mlflow.tracking import MlflowClient
+
     from trainflow import tracking
 
     tracking.configure(paths.root)
     metrics = read_json(paths.metrics)
-    model_uri = read_json(paths.train_run)["model_uri"]
+    # Two training runs (a run registers at most one version): the trained model, logged once more in a new run.
+    example = pd.read_parquet(paths.split_file("val")).head(5)
+    experiment = tracking.ensure_experiment("trainflow", paths.root)
+    runs = [read_json(paths.train_run)["run_id"], MlflowClient().create_run(experiment).info.run_id]
+    models = [read_json(paths.train_run)["model_uri"], tracking.log_pyfunc(runs[1], paths.final, example)]
     barrier = threading.Barrier(2, timeout=3)
     read_champion = registry.current_champion
 
@@ -121,17 +129,23 @@ def _register_twice_at_once(
     results: list[dict[str, Any]] = []
     errors: list[BaseException] = []
 
-    def one() -> None:
+    def one(i: int) -> None:
         try:
             results.append(
                 registry.register(
-                    model_uri, RegisterParams(model_name="race"), metrics, {}, test_hash="h", rescore=lambda _: {}
-                )
+                    models[i],
+                    runs[i],
+                    RegisterParams(model_name="race"),
+                    metrics,
+                    {},
+                    test_hash="h",
+                    rescore=lambda _: {},
+                )  # fmt: skip
             )
         except BaseException as exc:  # noqa: BLE001 - re-raised in the test thread
             errors.append(exc)
 
-    threads = [threading.Thread(target=one) for _ in range(2)]
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(2)]
     for t in threads:
         t.start()
     for t in threads:

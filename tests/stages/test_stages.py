@@ -6,9 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import retrain
 
 from trainflow import cli
-from trainflow.errors import DataError
+from trainflow.errors import DataError, ServiceError
 from trainflow.io import read_json, write_json
 from trainflow.params import load_params, write_overrides
 from trainflow.paths import Paths
@@ -71,29 +72,143 @@ def test_champion_moves_only_when_the_gate_metric_improves(csv_project: Path) ->
     run_all(csv_project)
     paths = Paths(csv_project)
     metrics = read_json(paths.metrics)
-    run_all(csv_project, ("register",))  # equal, not better
-    assert read_json(paths.registration)["version"] == 2
-    assert champion("blobs") == "1"
-    write_json(paths.metrics, {**metrics, "accuracy": metrics["accuracy"] - 0.1})  # worse
-    run_all(csv_project, ("register",))
-    assert champion("blobs") == "1"
-    write_json(paths.metrics, {**metrics, "accuracy": metrics["accuracy"] + 0.01})  # better
-    run_all(csv_project, ("register",))
-    assert champion("blobs") == "4"
+    for seed, accuracy, champion_after in ((1, metrics["accuracy"], "1"), (2, metrics["accuracy"] - 0.1, "1"),
+                                           (3, metrics["accuracy"] + 0.01, "4")):  # equal, worse, better  # fmt: skip
+        retrain(csv_project, seed=seed)  # a new training run: a new version
+        write_json(paths.metrics, {**metrics, "accuracy": accuracy})
+        run_all(csv_project, ("register",))
+        assert champion("blobs") == champion_after
+    assert read_json(paths.registration)["version"] == 4
     assert read_json(paths.registration)["previous_champion"] == 1
 
 
-def test_resume_only_when_training_params_and_data_match(csv_project: Path) -> None:
-    run_all(csv_project, ("ingest", "split", "train"))
+def test_a_run_registers_one_version_however_often_register_runs(csv_project: Path) -> None:
+    """A rerun of register on an unchanged run, and a retry after a partial success, create no second version."""
+    from mlflow.tracking import MlflowClient
+
+    from trainflow import registry
+
+    run_all(csv_project)
+    paths = Paths(csv_project)
+    first = read_json(paths.registration)
+    run_all(csv_project, ("register",))
+    again = read_json(paths.registration)
+    assert again["version"] == first["version"] == 1 and again["champion"] is True
+    assert "already registered as version 1" in again["decision"]
+    # A partial success: the next run's version gets created, then the registry fails before the decision.
+    retrain(csv_project, seed=1)
+    calls = {"n": 0}
+    set_alias = MlflowClient.set_registered_model_alias
+
+    def fail_once(self: MlflowClient, *args: object) -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise ConnectionError("the tracking server went away")
+        set_alias(self, *args)  # type: ignore[arg-type]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(MlflowClient, "set_registered_model_alias", fail_once)
+        with pytest.raises(ServiceError, match="did not answer"):
+            run_all(csv_project, ("register",))
+        assert sorted(int(v.version) for v in MlflowClient().search_model_versions("name='blobs'")) == [1, 2]
+        run_all(csv_project, ("register",))  # the retry: finds version 2 by its run and decides
+    retried = read_json(paths.registration)
+    assert retried["version"] == 2 and "does not beat" in retried["decision"]
+    assert sorted(int(v.version) for v in MlflowClient().search_model_versions("name='blobs'")) == [1, 2]
+    assert MlflowClient().get_model_version("blobs", "2").tags[registry.DECISION_TAG] == retried["decision"]
+
+
+def test_resume_only_when_training_params_data_and_code_match(
+    csv_project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from trainflow.stages import train as train_stage
+
+    first = run_all(csv_project, ("ingest", "split", "train"))["train"]
+    assert first["resumed_from_update"] is None
     paths = Paths(csv_project)
     weights = (paths.final / "model.safetensors").read_bytes()
-    # Unchanged params and data: the finished run resumes and the exported model is bit-identical.
-    run_all(csv_project, ("train",))
+    # Unchanged params, data and code: the finished run resumes at its last update; the model is bit-identical.
+    again = run_all(csv_project, ("train",))["train"]
+    assert again["resumed_from_update"] == first["updates"] > 0
     assert (paths.final / "model.safetensors").read_bytes() == weights
     # A changed lr must retrain, not "resume" the finished run and change nothing.
     write_overrides(paths.params, ["train.lr=0.0005"])
-    run_all(csv_project, ("train",))
+    assert run_all(csv_project, ("train",))["train"]["resumed_from_update"] is None
     assert (paths.final / "model.safetensors").read_bytes() != weights
+    assert run_all(csv_project, ("train",))["train"]["resumed_from_update"] is not None  # and that run resumes
+    # Changed data (a train row less) or changed training code: fresh starts too.
+    import pandas as pd
+
+    train_file = paths.split_file("train")
+    pd.read_parquet(train_file).iloc[:-1].to_parquet(train_file, index=False)
+    assert run_all(csv_project, ("train",))["train"]["resumed_from_update"] is None
+    monkeypatch.setattr(train_stage, "code_hash", lambda: "the engine changed")
+    assert run_all(csv_project, ("train",))["train"]["resumed_from_update"] is None
+
+
+def test_the_code_hash_covers_the_code_that_decides_the_weights(tmp_path: Path) -> None:
+    import shutil
+
+    from trainflow.stages.train import PACKAGE, code_hash
+
+    copy = tmp_path / "trainflow"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    base = code_hash(copy)
+    assert base == code_hash(PACKAGE)
+    for decides in ("engine/trainer.py", "models/text.py", "data/preprocess.py", "predict.py", "stages/train.py"):
+        (copy / decides).write_text((copy / decides).read_text() + "\n# changed\n")
+        assert code_hash(copy) != base, decides
+        shutil.copy2(PACKAGE / decides, copy / decides)
+    for cosmetic in ("plots.py", "tracking.py", "stages/evaluate.py"):
+        (copy / cosmetic).write_text((copy / cosmetic).read_text() + "\n# changed\n")
+    assert code_hash(copy) == base
+
+
+def _stage_killed_at(root: Path, stage: str, failpoint: str) -> None:
+    """`trainflow stage STAGE` in a subprocess, SIGKILLed at the failpoint."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    trainflow = Path(sys.executable).parent / "trainflow"
+    env = {**os.environ, "TRAINFLOW_FAILPOINT": failpoint}
+    proc = subprocess.run([str(trainflow), "stage", stage], cwd=root, env=env, capture_output=True, text=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("stage", "failpoint"),
+    [
+        ("train", "update:3"),  # while training
+        ("train", "rename-final:1"),  # the exported model is complete, not yet in place
+        ("train", "rename-train_run.json:1"),  # the model is in place, the run record not yet
+        ("evaluate", "rename-test:1"),  # the test plots are complete, not yet in place
+        ("evaluate", "rename-metrics.json:1"),  # the plots are in place, the metrics not yet
+    ],
+)
+def test_a_killed_stage_leaves_every_output_whole(csv_project: Path, stage: str, failpoint: str) -> None:
+    """Killed while it trains, or between its atomic writes: each output file is the previous run's or the new run's,
+    byte for byte, never a mixture or a half-written file."""
+    run_all(csv_project, ("ingest", "split", "train", "evaluate"))
+    before = _snapshot(csv_project)
+    paths = Paths(csv_project)
+    write_overrides(paths.params, ["train.lr=0.0005", "seed=3"])  # the rerun writes different outputs
+    _stage_killed_at(csv_project, stage, failpoint)
+    after = _snapshot(csv_project)
+    run_all(csv_project, (stage,))  # finish the rerun: the new outputs
+    finished = _snapshot(csv_project)
+    outputs = {"train": ("models/final", "reports/train_run.json", "reports/plots/history.csv"),
+               "evaluate": ("reports/metrics.json", "reports/plots/test")}[stage]  # fmt: skip
+    written = [k for k in after if k.startswith(outputs)]
+    assert set(written) == {k for k in before if k.startswith(outputs)}  # no output missing, none half-added
+
+    def whole(k: str) -> bool:  # the old bytes, the new run's bytes, or (records of run ids) a complete JSON document
+        return after[k] in (before.get(k), finished.get(k)) or (k.endswith(".json") and bool(json.loads(after[k])))
+
+    assert written and all(whole(k) for k in written)
+    if failpoint in ("update:3", "rename-final:1", "rename-test:1"):  # before its first output: all as before
+        assert all(after[k] == before[k] for k in written)
 
 
 def _cli(root: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> int:

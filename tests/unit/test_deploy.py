@@ -75,6 +75,24 @@ def test_deploy_without_a_server_says_how_to_start_one(
     assert "deploy.cron:" in capsys.readouterr().err
 
 
+def test_deploy_to_a_server_that_does_not_answer_exits_2_naming_it(
+    params_file: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import socket
+
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}/api"
+    monkeypatch.chdir(params_file.parent)
+    with temporary_settings(updates={PREFECT_API_URL: url}):
+        assert cli.main(["deploy"]) == 2
+    err = capsys.readouterr().err
+    assert f"the Prefect server at PREFECT_API_URL={url} does not answer" in err and "prefect server start" in err
+    assert "Traceback" not in err
+
+
 def test_serve_registers_the_params_schedule_for_this_project(params_file: Path) -> None:
     from flows.deploy import deploy_params, serve_kwargs
     from trainflow.paths import Paths

@@ -106,3 +106,10 @@ def test_a_champion_that_could_not_be_scored_is_said_so() -> None:
     md = report.metrics_markdown(METRICS, reg)
     assert "could not be scored on this run's test data" in md
     assert "recorded when it was registered" not in md
+
+
+def test_a_training_run_that_lost_tracking_says_where_things_are() -> None:
+    down = {"run_id": None, "model_uri": None, "tracking_uri": "http://mlflow:5000", "tracking_error": "boom"}
+    text = report.mlflow_run_markdown(down)
+    assert "failed during training (boom)" in text and "reports/train_metrics_local.json" in text
+    assert "register stage logs the model" in text and "None" not in text

@@ -9,11 +9,9 @@ parses safetensors and JSON; it never unpickles or executes anything.
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 import shutil
-import signal
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +23,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from trainflow.errors import UserError
-from trainflow.io import atomic_dir, read_json, write_json
+from trainflow.io import atomic_dir, failpoint, read_json, write_json
 
 META = "meta.json"
 BEST = "best.json"
@@ -162,22 +160,6 @@ class CheckpointStore:
             for p in self.root.iterdir():
                 shutil.rmtree(p) if p.is_dir() else p.unlink()
         return n
-
-
-FAILPOINT = os.environ.get("TRAINFLOW_FAILPOINT", "")  # read once: failpoint() runs on every update
-
-
-def failpoint(name: str) -> None:
-    """Fault injection for the crash tests: TRAINFLOW_FAILPOINT=<name>:<n> SIGKILLs this process on the n-th hit."""
-    spec = FAILPOINT
-    if not spec or not spec.startswith(name + ":"):
-        return
-    _hits[name] = _hits.get(name, 0) + 1
-    if _hits[name] == int(spec.rsplit(":", 1)[1]):
-        os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM))  # Windows: SIGTERM is TerminateProcess
-
-
-_hits: dict[str, int] = {}
 
 
 # --- optimizer state <-> (flat tensors, JSON) --------------------------------------------------------------------

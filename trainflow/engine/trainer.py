@@ -32,7 +32,6 @@ from trainflow.engine.checkpoint import (
     CheckpointError,
     CheckpointStore,
     capture_rng,
-    failpoint,
     flatten_optimizer,
     load_checkpoint,
     restore_rng,
@@ -43,6 +42,7 @@ from trainflow.engine.objective import Objective
 from trainflow.engine.precision import Precision, configure_backends
 from trainflow.engine.schedule import Plateau, lr_table
 from trainflow.errors import ParamsError, UserError
+from trainflow.io import failpoint
 from trainflow.params import TrainParams
 
 
@@ -211,6 +211,7 @@ class Trainer:
         self._flops = 0.0
         self._logged_at = 0
         self._best_weights: tuple[int, dict[str, torch.Tensor]] | None = None
+        self.resumed_from: int | None = None  # the update a resumed run continued from; None for a fresh start
 
     # --- the training step --------------------------------------------------------------------------------------
 
@@ -588,6 +589,7 @@ class Trainer:
                 "set train.resume: never to start fresh"
             ) from None
         s = self.state
+        self.resumed_from = s.updates
         print(
             f"train: resumed from {path} at update {s.updates} (epoch {s.epoch}, window {s.position})",
             file=sys.stderr,

@@ -3,10 +3,11 @@ the same test data (an older champion is re-scored on this run's test split when
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from trainflow import lineage, registry, tracking
-from trainflow.errors import UserError
+from trainflow.errors import ServiceError, UserError
 from trainflow.io import read_json, sha256_files, write_json
 from trainflow.params import PipelineParams
 from trainflow.paths import Paths
@@ -27,6 +28,32 @@ def rescorer(params: PipelineParams, paths: Paths) -> registry.Rescore:
     return rescore
 
 
+def logged_model(params: PipelineParams, paths: Paths, train_run: dict[str, Any]) -> tuple[str, str]:
+    """(run id, models:/ URI) of the trained model in MLflow. When tracking was down during train, the model was not
+    logged (and perhaps no run started): log it now — into the run that already holds this model (an earlier attempt
+    of register), else into train's run, else into a new one — so retries never log one model twice."""
+    if train_run.get("model_uri") and train_run.get("run_id"):
+        return str(train_run["run_id"]), str(train_run["model_uri"])
+    import pandas as pd
+    from mlflow.tracking import MlflowClient
+
+    experiment_id = tracking.ensure_experiment(params.tracking.experiment, paths.root)
+    found = tracking.run_of_model(experiment_id, paths.final)
+    if found is not None and found[1] is not None:
+        return found[0], found[1]
+    run_id = found[0] if found else train_run.get("run_id")
+    if not run_id:
+        tags = {
+            "trainflow.data_sha256": read_json(paths.final / "training.json")["data_sha256"],
+            tracking.MODEL_HASH_TAG: tracking.model_hash(paths.final),  # found by a retry, should this one fail
+            "trainflow.logged_by": "register (tracking was down during train)",
+        }
+        run_id = MlflowClient().create_run(experiment_id, tags=tags).info.run_id
+    model_uri = tracking.log_pyfunc(str(run_id), paths.final, pd.read_parquet(paths.split_file("val")).head(5))
+    print(f"register: logged the model to MLflow run {run_id} (tracking was down during train)", file=sys.stderr)
+    return str(run_id), model_uri
+
+
 def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
     test_file = paths.split_file("test")
     for needed in (paths.metrics, paths.train_run, test_file):
@@ -42,16 +69,29 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
         "data_hash": lineage.dvc_out_hash(paths.root, "split", "data/splits"),
         "data_sha256": training["data_sha256"],
         "params_hash": lineage.params_hash(params.model_dump()),
-        "mlflow_run_id": train_run["run_id"],
     }
-    tracking.configure(paths.root)
-    result = registry.register(
-        train_run["model_uri"],
-        params.register,
-        metrics,
-        tags,
-        test_hash=sha256_files([test_file]),
-        rescore=rescorer(params, paths),
-    )
+    uri = tracking.configure(paths.root)
+    try:
+        run_id, model_uri = logged_model(params, paths, train_run)
+        result = registry.register(
+            model_uri,
+            run_id,
+            params.register,
+            metrics,
+            {**tags, "mlflow_run_id": run_id},
+            test_hash=sha256_files([test_file]),
+            rescore=rescorer(params, paths),
+        )
+    except UserError:
+        raise
+    except Exception as exc:
+        if not tracking.unavailable(exc):
+            raise
+        raise ServiceError(
+            f"register: the MLflow tracking store at {uri} did not answer ({type(exc).__name__}: {exc}). Nothing was "
+            "lost: the trained model and its metrics are in models/final and reports/. Rerun `trainflow stage "
+            "register` (or `dvc repro`, `trainflow run`) once the server answers; a model version is never "
+            "registered twice."
+        ) from exc
     write_json(paths.registration, result)
     return result

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import random
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -50,11 +49,16 @@ def data_hash(paths: Paths) -> str:
     return sha256_files([paths.split_schema, *(paths.split_file(s) for s in SPLITS)])
 
 
-def code_hash() -> str:
-    """Hash of the code that decides the trained weights: a fixed engine must retrain, not resume a finished run."""
-    package = Path(__file__).resolve().parents[1]
+PACKAGE = Path(__file__).resolve().parents[1]
+
+
+def code_hash(package: Path = PACKAGE) -> str:
+    """Hash of the code that decides the trained weights (the engine, the models, preprocessing, how the stage builds
+    the training data): a fixed engine must retrain, not resume a finished run. Plots, tracking and the like are left
+    out: changing them reruns the stage (DVC), which then resumes and finishes at once."""
     files = sorted([*(package / "engine").glob("*.py"), *(package / "models").glob("*.py")])
-    return sha256_files([*files, package / "data" / "preprocess.py", Path(__file__).resolve()])
+    own = [package / "data" / "preprocess.py", package / "predict.py", package / "stages" / "train.py"]
+    return sha256_files([*files, *own])
 
 
 def fingerprint(params: PipelineParams, data: str) -> str:
@@ -89,56 +93,59 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
     model = build_model(config)
     dhash = data_hash(paths)
 
-    tracking.configure(paths.root)
-    import mlflow
+    run = tracking.TrainingRun(paths.root, params.tracking.experiment, paths.reports / "train_metrics_local.json")
+    run.start(params.model_dump(), tags={"trainflow.data_sha256": dhash, "trainflow.precision": precision.name})
+    logger = run.logger()
+    trainer = Trainer(
+        model,
+        params.train,
+        seed=params.seed,
+        device=device,
+        precision=precision,
+        objective=Objective(schema.task, target_scale=pre.target_std),
+        checkpoint_dir=paths.checkpoints,
+        fingerprint=fingerprint(params, dhash),
+        logger=logger,
+    )
+    try:
+        state = trainer.fit(train, val)
+    except BaseException as exc:
+        logger.close()
+        run.finish("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
+        raise
+    logger.close()
+    summary = {
+        "epochs": state.epoch,
+        "updates": state.updates,
+        "skipped_updates": state.updates - state.applied,
+        "monitor": params.train.monitor,
+        "best_metric": state.best_metric,
+        "best_update": state.best_update,
+        "stopped_early": state.stopped_early,
+        "precision": precision.name,
+        "device": device.type,
+        "data_sha256": dhash,
+        "resumed_from_update": trainer.resumed_from,
+    }
+    export(model, config, pre, schema, summary, paths.final)
+    history = history_frame(state.history)
+    plots.write_csv(history, paths.plots / "history.csv")
+    plots.training_curves(history, paths.plots / "training_curves.png")
+    run.log_metrics({f"best_{params.train.monitor}": state.best_metric or math.nan})
+    run.log_artifact(paths.plots / "training_curves.png", "plots")
+    run.log_model(paths.final, frames["val"].head(5))
+    run.finish()
+    write_json(paths.train_run, run.record())
+    return {**summary, "mlflow_run_id": run.run_id}
 
-    experiment_id = tracking.ensure_experiment(params.tracking.experiment, paths.root)
-    with mlflow.start_run(experiment_id=experiment_id) as run:
-        mlflow.log_params(tracking.flatten(params.model_dump()))
-        mlflow.set_tags({"trainflow.data_sha256": dhash, "trainflow.precision": precision.name})
-        logger = tracking.MLflowLogger(run.info.run_id, fallback=paths.reports / "train_metrics_local.json")
-        trainer = Trainer(
-            model,
-            params.train,
-            seed=params.seed,
-            device=device,
-            precision=precision,
-            objective=Objective(schema.task, target_scale=pre.target_std),
-            checkpoint_dir=paths.checkpoints,
-            fingerprint=fingerprint(params, dhash),
-            logger=logger,
-        )
-        try:
-            state = trainer.fit(train, val)
-        finally:
-            logger.close()
-        summary = {
-            "epochs": state.epoch,
-            "updates": state.updates,
-            "skipped_updates": state.updates - state.applied,
-            "monitor": params.train.monitor,
-            "best_metric": state.best_metric,
-            "best_update": state.best_update,
-            "stopped_early": state.stopped_early,
-            "precision": precision.name,
-            "device": device.type,
-            "data_sha256": dhash,
-        }
-        export(model, config, pre, schema, summary, paths.final)
-        history = pd.DataFrame(state.history)
-        plots.write_csv(history, paths.plots / "history.csv")
-        plots.training_curves(history, paths.plots / "training_curves.png")
-        mlflow.log_metrics({f"best_{params.train.monitor}": state.best_metric or math.nan})
-        mlflow.log_artifact(str(paths.plots / "training_curves.png"), "plots")
-        model_info = log_model(paths.final, frames["val"].head(5))
-        info = {
-            "run_id": run.info.run_id,
-            "experiment_id": experiment_id,
-            "model_uri": model_info,
-            "tracking_uri": tracking.tracking_uri(paths.root),
-        }
-    write_json(paths.train_run, info)
-    return {**summary, "mlflow_run_id": info["run_id"]}
+
+def history_frame(history: list[dict[str, float]]) -> pd.DataFrame:
+    """The evaluations as a table in one column order (update, epoch, train_loss, val metrics, lr), whether the
+    records were made in this process or restored from a checkpoint (whose JSON sorts keys)."""
+    frame = pd.DataFrame(history)
+    first, last = ["update", "epoch", "train_loss"], ["lr"]
+    middle = sorted(c for c in frame.columns if c not in first + last)
+    return frame[[c for c in [*first, *middle, *last] if c in frame.columns]]
 
 
 def model_config(params: PipelineParams, pre: Preprocessor) -> dict[str, Any]:
@@ -187,31 +194,3 @@ def export(
         pre.save(tmp)
         write_json(tmp / "schema.json", schema.to_json())
         write_json(tmp / "training.json", summary)
-
-
-def log_model(final: Path, example: pd.DataFrame) -> str:
-    """Log the exported model as an MLflow pyfunc (models-from-code): loading it never unpickles anything."""
-    import mlflow
-    from mlflow.models import infer_signature
-
-    import trainflow
-    from trainflow.predict import ExportedModel
-
-    exported = ExportedModel.load(final)
-    pre = exported.pre
-    inputs = example[[*pre.raw_features, *([pre.text_column] if pre.text_column else [])]]
-
-    package = Path(trainflow.__file__).parent
-    with warnings.catch_warnings():
-        # The signature is given; an input example would only make MLflow load and run the model once more.
-        warnings.filterwarnings("ignore", message=".*An input example was not provided")  # text is ANSI-coloured
-        info = mlflow.pyfunc.log_model(
-            name="model",
-            python_model=str(package / "serving.py"),
-            artifacts={"model_dir": str(final)},
-            code_paths=[str(package)],
-            signature=infer_signature(inputs, exported.predict_frame(inputs)),
-            # Listing requirements skips MLflow's ~9 s inference of them.
-            pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", "safetensors", "pandas", "numpy"],
-        )
-    return str(info.model_uri)

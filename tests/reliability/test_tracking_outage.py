@@ -1,0 +1,168 @@
+"""A real MLflow tracking server that goes down at the start, in the middle or at the end of training: train and
+evaluate complete and keep everything locally, with one warning; register then fails with a clear error (exit 1,
+outputs intact) and succeeds once the server is back, registering the model exactly once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import make_project
+
+from trainflow import cli
+from trainflow.engine.trainer import Trainer
+from trainflow.io import read_json
+from trainflow.paths import Paths
+
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """`mlflow server` on 127.0.0.1:port over one SQLite store, which survives stop() and start()."""
+
+    def __init__(self, store: Path, port: int) -> None:
+        self.store, self.port = store, port
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def uri(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        mlflow = Path(sys.executable).parent / "mlflow"
+        args = [str(mlflow), "server", "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1",
+                "--backend-store-uri", f"sqlite:///{self.store / 'mlflow.db'}",
+                "--default-artifact-root", str(self.store / "artifacts")]  # fmt: skip
+        log = open(self.store / "server.log", "ab")  # noqa: SIM115 - the server's, closed with the process
+        self.proc = subprocess.Popen(args, stdout=log, stderr=log, start_new_session=True)
+        deadline = time.monotonic() + 90
+        while True:
+            assert self.proc.poll() is None, (self.store / "server.log").read_text()[-2000:]
+            try:
+                with urllib.request.urlopen(f"{self.uri}/health", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "mlflow server did not come up in 90 s"
+            time.sleep(0.3)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # as a crash: no goodbye to the clients
+            self.proc.wait()
+
+
+@pytest.fixture
+def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
+    store = tmp_path / "server"
+    store.mkdir()
+    srv = Server(store, free_port())
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", srv.uri)
+    yield srv
+    srv.stop()
+
+
+def stage(root: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> int:
+    monkeypatch.chdir(root)
+    return cli.main(["stage", name])
+
+
+def outputs(root: Path) -> dict[str, bytes]:
+    files = [*(root / "models" / "final").iterdir(), root / "reports" / "metrics.json"]
+    return {p.name: p.read_bytes() for p in files}
+
+
+def tracking_warnings(caught: list[Any]) -> list[str]:
+    return [str(w.message) for w in caught if "MLflow tracking at" in str(w.message)]
+
+
+@pytest.mark.parametrize("when", ["start", "middle", "end"])
+def test_training_survives_a_tracking_outage_and_register_catches_up(
+    tmp_path: Path, server: Server, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], when: str
+) -> None:
+    settings = {"data.source": "builtin:iris", "register.model_name": "iris", "train.epochs": 6,
+                "train.log_every": 2, "train.progress": "false"}  # fmt: skip
+    root = make_project(tmp_path / "proj", settings)
+    paths = Paths(root)
+    assert stage(root, monkeypatch, "ingest") == 0 and stage(root, monkeypatch, "split") == 0
+    if when != "start":
+        server.start()
+    if when == "middle":  # the server dies at the first metrics read, while the run is going
+        original_log = Trainer._log
+
+        def log_then_die(self: Trainer, bar: Any) -> None:
+            server.stop()
+            original_log(self, bar)
+
+        monkeypatch.setattr(Trainer, "_log", log_then_die)
+    if when == "end":  # the server dies once the weights are trained, before the model is logged
+        original_fit = Trainer.fit
+
+        def fit_then_die(self: Trainer, *args: Any) -> Any:
+            state = original_fit(self, *args)
+            server.stop()
+            return state
+
+        monkeypatch.setattr(Trainer, "fit", fit_then_die)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert stage(root, monkeypatch, "train") == 0
+        assert stage(root, monkeypatch, "evaluate") == 0
+    assert len(tracking_warnings(caught)) == 1, tracking_warnings(caught)
+    train_run = read_json(paths.train_run)
+    assert train_run["model_uri"] is None and train_run["tracking_error"]
+    assert (train_run["run_id"] is None) == (when == "start")
+    assert (paths.final / "model.safetensors").is_file() and read_json(paths.metrics)["accuracy"] > 0.8
+    # Every logged point is kept locally: the train metrics every 2 updates, the val metrics every epoch.
+    local = read_json(paths.reports / "train_metrics_local.json")
+    updates, epochs = (read_json(paths.final / "training.json")[k] for k in ("updates", "epochs"))
+    assert [p["step"] for p in local if "train_loss" in p] == list(range(2, updates + 1, 2))
+    assert len([p for p in local if "val_loss" in p]) == epochs
+
+    # Register needs the server: a clear error, exit 1, and train's and evaluate's outputs untouched.
+    before = outputs(root)
+    capsys.readouterr()
+    assert stage(root, monkeypatch, "register") == 1
+    err = capsys.readouterr().err
+    assert f"the MLflow tracking store at {server.uri} did not answer" in err and "Traceback" not in err
+    assert "Rerun `trainflow stage register`" in err
+    assert outputs(root) == before and not paths.registration.exists()
+
+    # The server is back: register logs the model (into train's run, if it had one) and registers it, once.
+    server.start()
+    assert stage(root, monkeypatch, "register") == 0
+    assert stage(root, monkeypatch, "register") == 0  # a rerun registers nothing more
+    from mlflow.tracking import MlflowClient
+
+    versions = MlflowClient(server.uri).search_model_versions("name='iris'")
+    assert [int(v.version) for v in versions] == [1]
+    registration = read_json(paths.registration)
+    assert registration["version"] == 1 and registration["champion"] is True
+    if train_run["run_id"] is not None:
+        assert versions[0].run_id == train_run["run_id"]
+    import mlflow.pyfunc
+    import pandas as pd
+
+    test = pd.read_parquet(paths.split_file("test"))
+    served = mlflow.pyfunc.load_model("models:/iris@champion").predict(test)
+    assert (served["prediction"] == test["target"].astype(str)).mean() == pytest.approx(
+        read_json(paths.metrics)["accuracy"]
+    )
