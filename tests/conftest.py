@@ -18,6 +18,13 @@ import pandas as pd
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+# bench/mutation.sh sets HYPOTHESIS_PROFILE=mutation: the same examples every run, so a mutant's verdict does not
+# depend on which random examples were drawn.
+from hypothesis import settings as _hypothesis  # noqa: E402
+
+_hypothesis.register_profile("mutation", derandomize=True, database=None)
+_hypothesis.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 _PREFECT_HOME = tempfile.mkdtemp(prefix="trainflow-prefect-")
 os.environ.update(
     {

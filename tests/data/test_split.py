@@ -330,3 +330,85 @@ def test_an_empty_split_is_named() -> None:
     frame["when"] = pd.Timestamp("2024-01-01")
     with pytest.raises(DataError, match=r"1 distinct timestamps.*add rows with other timestamps"):
         assign(frame, schema_for(frame, ["x", "s"]), SplitParams(time_column="when"), 0)
+
+
+# --- the parts, directly -----------------------------------------------------------------------------------------
+
+
+def test_lookup_finds_saved_keys_and_only_those() -> None:
+    saved = Assignment(np.array([10, 20, 30], dtype=np.uint64), np.array([0, 1, 2], dtype=np.int8), {})
+    queries = np.array([5, 10, 15, 20, 30, 35, 2**64 - 1], dtype=np.uint64)  # below, between, on and above them
+    assert saved.lookup(queries).tolist() == [-1, 0, -1, 1, 2, -1, -1]
+    empty = Assignment(np.array([], dtype=np.uint64), np.array([], dtype=np.int8), {})
+    assert empty.lookup(queries).tolist() == [-1] * 7
+
+
+def test_groups_are_stratified_by_their_most_frequent_label() -> None:
+    from trainflow.data.split import _strata
+
+    frame = pd.DataFrame({"y": ["b", "a", "a", "b", "b", "c", "a", "b"]})
+    unit_of_row = np.array([0, 0, 0, 1, 1, 1, 2, 2])  # unit 0: a a b -> a; 1: b b c -> b; 2: a b (a tie) -> a
+    stratum, labels = _strata(frame, schema_for(frame.assign(x=0.0), ["x"]), "y", unit_of_row, 3)
+    assert list(labels) == ["a", "b", "c"] and [labels[s] for s in stratum] == ["a", "b", "a"]
+
+
+def test_stratified_groups_split_each_majority_class_by_its_fractions() -> None:
+    rng = np.random.default_rng(0)
+    groups = 300
+    majority = rng.choice(["a", "b", "c"], size=groups, p=[0.6, 0.3, 0.1])
+    rows = []
+    for g, label in enumerate(majority):  # three rows per group: two of its class, one of another
+        other = "b" if label != "b" else "a"
+        rows += [(g, label, rng.normal()), (g, label, rng.normal()), (g, other, rng.normal())]
+    frame = pd.DataFrame(rows, columns=["user", "y", "x"])
+    p = SplitParams(group_by="user")
+    split = assign(frame, schema_for(frame, ["x"]), p, 5).split
+    group_split = pd.Series(split).groupby(frame["user"].to_numpy()).first().to_numpy()
+    for label in ("a", "b", "c"):
+        in_class = group_split[majority == label]
+        counts = np.bincount(in_class, minlength=3)
+        assert np.abs(counts - len(in_class) * fractions(p)).max() < 1, label  # groups of equal size: exact
+
+
+def test_quotas_round_by_largest_fractional_part() -> None:
+    """10 rows at .71/.12/.17: 7.1, 1.2, 1.7 -> 7, 1, 2 (test has the largest part; train first would give 8, 1, 1)."""
+    frame = pd.DataFrame({"id": np.arange(10), "x": 0.0, "y": "a"})
+    p = SplitParams(val_fraction=0.12, test_fraction=0.17, stratify=False, key=["id"])
+    assert np.bincount(assign(frame, schema_for(frame), p, 0).split, minlength=3).tolist() == [7, 1, 2]
+
+
+def test_quotas_keep_what_was_kept_even_beyond_the_fractions() -> None:
+    """A saved history that is not a split of these fractions (say, edited by hand): kept rows stay, new rows go to
+    the splits furthest below their ideal counts, and no rounding of the totals is reachable."""
+    from trainflow.data.split import fraction_parts, quotas
+
+    p = SplitParams()  # .7 / .15 / .15
+    sizes = np.array([20, 10])
+    kept = np.array([[2, 1, 9], [7, 1, 1]])  # class 0: 9 of 12 kept rows in test, far beyond 15% of 20
+    quota, exact = quotas(sizes, kept, fraction_parts(p))
+    assert (quota >= kept).all() and quota.sum(axis=1).tolist() == [20, 10]
+    assert quota[0].tolist() == [10, 1, 9]  # 8 new rows, all to train: the split furthest below its ideal 14
+    assert quota[1].tolist() == [7, 2, 1]  # within one row of 7, 1.5, 1.5
+    assert not exact  # the totals (17, 3, 10) are far from 21, 4.5, 4.5: no rounding reachable
+
+
+def test_split_frame_keeps_the_saved_assignment() -> None:
+    frame = random_frame(300)
+    _, first = split_frame(frame, schema_for(frame), SplitParams(), 1)
+    grown = pd.concat([frame, random_frame(30, seed=4).assign(id=lambda f: f["id"] + 1000)], ignore_index=True)
+    parts, again = split_frame(grown, schema_for(grown), SplitParams(), 1, previous=first.assignment)
+    assert again.kept == 300
+    before = {name: set(frame.loc[first.split == i, "id"]) for i, name in enumerate(SPLITS)}
+    assert all(before[name] <= set(parts[name]["id"]) for name in SPLITS)
+
+
+def test_a_schema_column_missing_from_the_table_is_named() -> None:
+    frame = random_frame(50)
+    with pytest.raises(DataError, match=r"schema's column\(s\) 'gone' are not in the processed table \(available: id"):
+        assign(frame, schema_for(frame, ["x", "gone"]), SplitParams(), 0)
+
+
+def test_an_empty_train_split_says_to_lower_the_held_out_fractions() -> None:
+    frame = pd.concat([random_frame(1)] * 6, ignore_index=True)  # one key: it goes to the largest split
+    with pytest.raises(DataError, match=r"the train split is empty .*lower split.val_fraction / split.test_fraction"):
+        assign(frame, schema_for(frame), SplitParams(val_fraction=0.45, test_fraction=0.44, stratify=False), 0)
