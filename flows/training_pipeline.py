@@ -23,6 +23,7 @@ from tasks.register import register
 from tasks.split import split
 from tasks.train import train
 from trainflow import report
+from trainflow.data.schema import Schema
 from trainflow.params import load_params
 from trainflow.paths import Paths
 
@@ -99,6 +100,9 @@ def summary(paths: Paths, results: dict[str, Any]) -> str:
     lines = ["", "trainflow: pipeline finished"]
     ran = [k for k, v in results.items() if not v.get("skipped")]
     lines.append(f"  stages run: {', '.join(ran) if ran else 'none (everything up to date)'}")
+    if paths.split_schema.is_file():
+        schema = Schema.read(paths.split_schema)
+        lines.append(f"  task:     {schema.task} ({schema.task_reason or 'from the schema'})")
     if paths.metrics.is_file():
         metrics = json.loads(paths.metrics.read_text())
         shown = ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items())

@@ -9,9 +9,13 @@ import sys
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trainflow.errors import ServiceError, UserError
 from trainflow.stages import STAGES
+
+if TYPE_CHECKING:
+    from trainflow.paths import Paths
 
 # Quiet, offline-safe defaults for the services we drive; any of them can be overridden from the environment.
 ENV_DEFAULTS = {
@@ -24,7 +28,20 @@ ENV_DEFAULTS = {
 }
 
 
-def _overrides(parser: argparse.ArgumentParser) -> None:
+OVERRIDES_WRITTEN = (
+    "-S KEY=VALUE sets a parameter of params.yaml (dotted path, YAML value, as `dvc exp run -S`): it is validated, "
+    "then written into params.yaml (comments kept) so DVC's record of what ran stays true. If the command then fails "
+    "on your params or data (exit code 2), params.yaml is put back as it was."
+)
+OUTPUTS = (
+    "Outputs: data/processed/ (typed table, schema), data/splits/ (train/val/test), models/checkpoints/ (resume "
+    "state), models/final/ (the model: safetensors + JSON), reports/metrics.json, reports/plots/, "
+    "reports/registration.json; MLflow runs and the registry in mlflow.db (or MLFLOW_TRACKING_URI)."
+)
+
+
+def _overrides(parser: argparse.ArgumentParser, written: bool = True) -> None:
+    what = "written into params.yaml, then used" if written else "not written anywhere"
     parser.add_argument(
         "-S",
         "--set",
@@ -32,17 +49,38 @@ def _overrides(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override a parameter, YAML value, as `dvc exp run -S` (e.g. -S train.lr=3e-4 -S data.exclude=[a,b])",
+        help=f"override a parameter, YAML value, as `dvc exp run -S` ({what}); e.g. -S train.lr=3e-4 "
+        "-S data.exclude=[a,b]; repeat for more",
     )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trainflow", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    stage = sub.add_parser("stage", help="run one pipeline stage (what dvc.yaml calls)")
-    stage.add_argument("name", choices=STAGES)
+    stage = sub.add_parser(
+        "stage",
+        help="run one pipeline stage (what dvc.yaml calls)",
+        description="Run one stage of the pipeline, whatever DVC thinks of it (dvc.yaml runs each stage this way). "
+        + OVERRIDES_WRITTEN,
+        epilog=OUTPUTS,
+    )
+    stage.add_argument("name", choices=STAGES, help="ingest, split, train, evaluate or register")
+    stage.add_argument(
+        "--accept-schema",
+        action="store_true",
+        help="ingest: take the data's columns and labels as they are now, without the drift check against the "
+        "previous ingest (after the source changed on purpose)",
+    )
     _overrides(stage)
-    run = sub.add_parser("run", help="run the whole pipeline through the Prefect flow (stages DVC sees as changed)")
+    run = sub.add_parser(
+        "run",
+        help="run the whole pipeline through the Prefect flow (stages DVC sees as changed)",
+        description="Run ingest, split, train, evaluate and register as a Prefect flow, each stage only if DVC sees "
+        "it changed (then `dvc commit`ted, so `dvc status` stays clean), then push the outputs to the DVC remote "
+        "(deploy.push). Ends with a summary: the inferred task, the metrics, the model, the registry decision. "
+        + OVERRIDES_WRITTEN,
+        epilog=OUTPUTS,
+    )
     _overrides(run)
     predict = sub.add_parser(
         "predict",
@@ -61,9 +99,29 @@ def build_parser() -> argparse.ArgumentParser:
     params = sub.add_parser("params", help="check params.yaml or print its JSON Schema")
     psub = params.add_subparsers(dest="action", required=True)
     check = psub.add_parser("check", help="validate params.yaml (with -S overrides); changes nothing")
-    _overrides(check)
+    _overrides(check, written=False)
     schema = psub.add_parser("schema", help="print the JSON Schema of params.yaml")
-    _overrides(schema)
+    _overrides(schema, written=False)
+    models = sub.add_parser(
+        "models",
+        help="the registered model's versions: list them, promote one to champion, roll the champion back",
+        description="The MLflow registry of register.model_name (or --name): `list` shows every version with its "
+        "aliases, test metrics and data hash; `promote VERSION` makes a version the champion by hand; `rollback` "
+        "gives the champion back to the version that held it before. Each change is tagged on the version with its "
+        "reason.",
+    )
+    msub = models.add_subparsers(dest="action", required=True)
+    for action, text in (
+        ("list", "every version, newest first"),
+        ("promote", "make VERSION the champion"),
+        ("rollback", "champion back to the previous champion"),
+    ):
+        cmd = msub.add_parser(action, help=text)
+        cmd.add_argument("--name", help="registered model name (default: register.model_name in params.yaml)")
+        if action == "promote":
+            cmd.add_argument("version", type=int, help="the version to make champion")
+        if action != "list":
+            cmd.add_argument("--reason", default="(no reason given)", help="why; recorded as a tag on the version")
     deploy = sub.add_parser(
         "deploy",
         help="serve the pipeline on a cron schedule from a Prefect server (PREFECT_API_URL); runs until Ctrl-C",
@@ -116,16 +174,72 @@ def _dispatch(args: argparse.Namespace) -> int:
         result = predict_file(args.model, args.input, args.output, args.batch_size or BATCH_SIZE)
         print(json.dumps(result, indent=2))
         return 0
+    if args.command == "models":
+        return _models(args, paths)
     if args.command == "deploy":
         from flows.deploy import serve
 
         return serve(paths, cron=args.cron, name=args.name, timezone=args.timezone)
     load_params(paths.params, args.overrides)  # every problem is reported before anything is written
+    before = paths.params.read_bytes()
     write_overrides(paths.params, args.overrides)  # DVC's record stays true: the file holds what ran
+    try:
+        return _run(args, paths)
+    except UserError:
+        if args.overrides and paths.params.read_bytes() != before:  # the overrides led to the error: not kept
+            from trainflow.io import atomic_path
+
+            with atomic_path(paths.params) as tmp:
+                tmp.write_bytes(before)
+            print(f"{paths.params}: put back as it was before -S (the command failed on them)", file=sys.stderr)
+        raise
+
+
+def _models(args: argparse.Namespace, paths: Paths) -> int:
+    from trainflow import registry, tracking
+    from trainflow.params import load_params
+
+    name = args.name or load_params(paths.params).register.model_name
+    tracking.configure(paths.root)
+    if args.action == "promote":
+        result = registry.promote(name, args.version, args.reason)
+    elif args.action == "rollback":
+        result = registry.rollback(name, args.reason)
+    else:
+        print(models_table(name, registry.list_versions(name)))
+        return 0
+    print(f"{name}: champion is now version {result['champion']} (was {result['previous_champion']})")
+    return 0
+
+
+def models_table(name: str, versions: list[dict[str, object]]) -> str:
+    """`trainflow models list`: one row per version, the test metrics as columns."""
+    metrics = sorted({m for v in versions for m in v["metrics"]})  # type: ignore[attr-defined]
+    header = ["version", "aliases", *metrics, "data_hash", "run", "became champion"]
+    rows = []
+    for v in versions:
+        got: dict[str, float] = v["metrics"]  # type: ignore[assignment]
+        cells = [str(v["version"]), ",".join(v["aliases"]) or "-"]  # type: ignore[arg-type]
+        cells += [f"{got[m]:.4f}" if m in got else "-" for m in metrics]
+        cells += [str(v["data_hash"])[:12] or "-", str(v["run_id"])[:12], str(v["champion_change"]) or "-"]
+        rows.append(cells)
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = [f"{name}: {len(versions)} version{'s' if len(versions) != 1 else ''}"]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows]]
+    return "\n".join(lines)
+
+
+def _run(args: argparse.Namespace, paths: Paths) -> int:
+    """`trainflow stage` or `trainflow run`, with params.yaml already holding the overrides."""
+    from trainflow.params import load_params
+
     if args.command == "stage":
         from trainflow.stages import run_stage
 
-        result = run_stage(args.name, load_params(paths.params), paths)
+        if args.accept_schema and args.name != "ingest":
+            raise UserError("--accept-schema applies to `trainflow stage ingest` only")
+        options = {"accept_schema": True} if args.accept_schema else {}
+        result = run_stage(args.name, load_params(paths.params), paths, **options)
         print(json.dumps({args.name: result}, indent=2, default=str))
         return 0
     from flows.training_pipeline import summary, training_pipeline

@@ -53,8 +53,10 @@ class DataParams(Section):
     target: str = Field("target", min_length=1, description="Name of the column to predict.")
     task: Literal["auto", "classification", "regression"] = Field(
         "auto",
-        description="auto: regression if the target is numeric with many distinct values (more than 20 and more "
-        "than 5% of rows) and not integer-coded classes; classification otherwise.",
+        description="auto: regression for a numeric target with non-integer values, or integers too many to be "
+        "classes (more than 20 distinct, or fewer than 10 rows each; integer codes 0..K-1 or 1..K up to K=100 stay "
+        "classes); classification for text, booleans and few integers. The choice and its reason are printed; a "
+        "changed target or task is inferred afresh.",
     )
     features: list[str] | None = Field(
         None, description="Columns to use as features; null means every column except the target and `exclude`."
@@ -72,6 +74,11 @@ class DataParams(Section):
     )
     duplicates: Literal["keep", "drop", "error"] = Field(
         "keep", description="Rows that are exact duplicates of an earlier row: keep, drop, or error."
+    )
+    missing_target: Literal["error", "drop"] = Field(
+        "error",
+        description="Rows whose target value is missing: error naming file, line and column, or drop them (with a "
+        "count on stderr).",
     )
     unseen_labels: Literal["error", "drop"] = Field(
         "error",
@@ -491,6 +498,10 @@ def write_overrides(path: Path, overrides: list[str]) -> None:
     load_params(path, overrides)  # validate first: an invalid override never reaches the file
     rt = YAML()
     rt.preserve_quotes = True
+    # ruamel writes None as an empty value; keep the file's `null`s as they are written.
+    rt.representer.add_representer(
+        type(None), lambda dumper, _: dumper.represent_scalar("tag:yaml.org,2002:null", "null")
+    )
     doc = rt.load(path.read_text())
     for text in overrides:
         keys, value = parse_override(text)
@@ -499,9 +510,24 @@ def write_overrides(path: Path, overrides: list[str]) -> None:
             if k not in node or node[k] is None:
                 node[k] = {}
             node = node[k]
-        node[keys[-1]] = value
+        node[keys[-1]] = _flow(value)
     with atomic_path(path) as tmp, open(tmp, "w") as f:
         rt.dump(doc, f)
+
+
+def _flow(value: Any) -> Any:
+    """Lists and mappings from -S in flow style (`exclude: [a, b]`), so they stay on the line of their comment."""
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+    if isinstance(value, list):
+        seq = CommentedSeq(_flow(v) for v in value)
+        seq.fa.set_flow_style()
+        return seq
+    if isinstance(value, dict):
+        mapping = CommentedMap((k, _flow(v)) for k, v in value.items())
+        mapping.fa.set_flow_style()
+        return mapping
+    return value
 
 
 def schema() -> dict[str, Any]:

@@ -15,6 +15,7 @@ import contextlib
 import hashlib
 import tempfile
 from collections.abc import Callable, Iterator
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -25,6 +26,8 @@ MINIMIZE = {"log_loss", "rmse", "mae"}  # gate metrics where lower is better; ev
 CHAMPION, CHALLENGER = "champion", "challenger"
 TEST_HASH_TAG = "test_data_hash"
 DECISION_TAG = "registry_decision"
+HISTORY_TAG = "champion_history"  # registered model tag: the champion versions, oldest first (JSON), for rollback
+CHANGE_TAG = "champion_change"  # version tag: how and why it (last) became champion
 
 Rescore = Callable[[str], dict[str, float]]  # models:/name/version -> its metrics on the current test split
 
@@ -100,6 +103,16 @@ def champion_metrics(champion: Any, gate: str, test_hash: str, rescore: Rescore)
     return rescore(f"models:/{champion.name}/{champion.version}"), True
 
 
+def _predicts_otherwise(champion: Any, tags: dict[str, str]) -> str | None:
+    """How the champion's target or task differs from the new version's ("'tip' (regression), this version 'day'
+    (classification)"), or None when they predict the same thing (or an older version does not say)."""
+    differs = [k for k in ("target", "task") if k in champion.tags and k in tags and champion.tags[k] != tags[k]]
+    if not differs:
+        return None
+    old = f"{champion.tags.get('target')!r} ({champion.tags.get('task')})"
+    return f"{old}, this version {tags.get('target')!r} ({tags.get('task')})"
+
+
 def version_of_run(client: Any, name: str, run_id: str) -> Any | None:
     """The version of model `name` registered from run `run_id`, if any (the first, should there be several)."""
     versions = [v for v in client.search_model_versions(f"run_id='{run_id}'") if v.name == name]
@@ -151,6 +164,13 @@ def register(
         elif int(current.version) == version:  # an interrupted attempt of this registration had set the alias
             promoted, decision = True, f"version {version} is the champion of {name} (set by an interrupted attempt)"
             current = None
+        elif predicts := _predicts_otherwise(current, tags):
+            promoted = False
+            decision = (
+                f"champion stays version {current.version}: it predicts {predicts}, so the two are not compared; to "
+                f"serve version {version} instead, run `trainflow models promote {version}` (or register it under "
+                "another register.model_name)"
+            )
         else:
             try:
                 previous, rescored = champion_metrics(current, gate, test_hash, rescore)
@@ -163,17 +183,21 @@ def register(
                     f"MlflowClient().set_registered_model_alias({name!r}, 'champion', {version})"
                 )
             else:
-                old = previous[gate]
-                promoted = beats(new, old, gate, params.min_delta)
+                old = previous.get(gate)
+                promoted = old is not None and beats(new, old, gate, params.min_delta)
                 on = "re-scored on the new test split" if rescored else "same test split"
                 verdict = "beats" if promoted else "does not beat"
                 then = f"champion moves to version {version}" if promoted else f"stays version {current.version}"
                 decision = (
                     f"{gate} {new:.6g} {verdict} champion version {current.version}'s {old:.6g} ({on}) "
                     f"by more than min_delta {params.min_delta:g}: {then}"
+                    if old is not None
+                    else f"champion stays version {current.version}: it has no {gate} on this test data (it predicts "
+                    f"something else), so the two are not compared; to serve version {version} instead, run "
+                    f"`trainflow models promote {version}`"
                 )
         if promoted:
-            client.set_registered_model_alias(name, CHAMPION, str(version))
+            set_champion(client, name, version, f"register: {decision}")
         client.set_model_version_tag(name, str(version), DECISION_TAG, decision)
     return {
         "model_name": name,
@@ -213,3 +237,116 @@ def _recorded(client: Any, existing: Any, gate: str, tags: dict[str, str], test_
         f"(its decision then: {existing.tags[DECISION_TAG]})",
         "tags": {**tags, TEST_HASH_TAG: test_hash},
     }
+
+
+# --- the champion by hand: trainflow models list / promote / rollback -------------------------------------------------
+
+
+def champion_history(client: Any, name: str) -> list[int]:
+    """The versions that were champion, oldest first (the registered model's HISTORY_TAG)."""
+    import json
+
+    tags = client.get_registered_model(name).tags
+    return [int(v) for v in json.loads(tags.get(HISTORY_TAG, "[]"))]
+
+
+def set_champion(client: Any, name: str, version: int, why: str) -> None:
+    """Point `champion` at `version`, append it to the history, and tag it with why. Call under registry_lock."""
+    import json
+    from datetime import datetime
+
+    client.set_registered_model_alias(name, CHAMPION, str(version))
+    history = [v for v in champion_history(client, name) if v != version] + [version]
+    client.set_registered_model_tag(name, HISTORY_TAG, json.dumps(history))
+    when = datetime.now(UTC).isoformat(timespec="seconds")
+    client.set_model_version_tag(name, str(version), CHANGE_TAG, f"{when} {why}")
+
+
+def _client_and_model(name: str) -> Any:
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    from trainflow.errors import UserError
+
+    client = MlflowClient()
+    try:
+        client.get_registered_model(name)
+    except MlflowException:
+        import mlflow
+
+        raise UserError(
+            f"no registered model {name!r} in the tracking store {mlflow.get_tracking_uri()}; register one first "
+            "(`trainflow run`), or name another with --name"
+        ) from None
+    return client
+
+
+def list_versions(name: str) -> list[dict[str, Any]]:
+    """Every version of `name`, newest first: aliases, test metrics, data hash, run, how it became champion."""
+    client = _client_and_model(name)
+    aliases: dict[int, list[str]] = {}
+    for alias, v in client.get_registered_model(name).aliases.items():
+        aliases.setdefault(int(v), []).append(alias)
+    out = []
+    for v in sorted(client.search_model_versions(f"name='{name}'"), key=lambda v: -int(v.version)):
+        out.append(
+            {
+                "version": int(v.version),
+                "aliases": sorted(aliases.get(int(v.version), [])),
+                "metrics": tagged_metrics(v),
+                "data_hash": v.tags.get("data_hash", ""),
+                "run_id": v.run_id,
+                "created": v.creation_timestamp,
+                "champion_change": v.tags.get(CHANGE_TAG, ""),
+            }
+        )
+    return out
+
+
+def promote(name: str, version: int, reason: str) -> dict[str, Any]:
+    """Make `version` the champion by hand, whatever the gate says; recorded with `reason`."""
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    from trainflow.errors import UserError
+
+    client = _client_and_model(name)
+    try:
+        client.get_model_version(name, str(version))
+    except MlflowException:
+        raise UserError(f"{name} has no version {version}; `trainflow models list` shows them") from None
+    with registry_lock(mlflow.get_tracking_uri()):
+        before = current_champion(client, name)
+        set_champion(client, name, version, f"promoted by hand (trainflow models promote): {reason}")
+    return {"model_name": name, "champion": version, "previous_champion": int(before.version) if before else None}
+
+
+def rollback(name: str, reason: str) -> dict[str, Any]:
+    """Give `champion` back to the version that held it before the current one; recorded with `reason`."""
+    import json
+
+    import mlflow
+
+    from trainflow.errors import UserError
+
+    client = _client_and_model(name)
+    with registry_lock(mlflow.get_tracking_uri()):
+        current = current_champion(client, name)
+        if current is None:
+            raise UserError(f"{name} has no champion to roll back; `trainflow models promote VERSION` sets one")
+        history = [v for v in champion_history(client, name) if v != int(current.version)]
+        if not history:
+            raise UserError(
+                f"{name}: version {current.version} is the only champion it has had; nothing to roll back to "
+                "(`trainflow models promote VERSION` makes another version champion)"
+            )
+        previous = history[-1]
+        client.set_registered_model_alias(name, CHAMPION, str(previous))
+        client.set_registered_model_tag(name, HISTORY_TAG, json.dumps(history))
+        from datetime import datetime
+
+        when = datetime.now(UTC).isoformat(timespec="seconds")
+        why = f"{when} rolled back to from version {current.version} (trainflow models rollback): {reason}"
+        client.set_model_version_tag(name, str(previous), CHANGE_TAG, why)
+        client.set_model_version_tag(name, current.version, "rolled_back", f"{when} {reason}")
+    return {"model_name": name, "champion": previous, "previous_champion": int(current.version)}

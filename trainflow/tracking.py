@@ -359,15 +359,26 @@ def log_pyfunc(run_id: str, final: Path, example: Any) -> str:
     `example`: a few rows of the raw input, for the signature."""
     import mlflow
     import torch
-    from mlflow.models import infer_signature
+    from mlflow.models import ModelSignature, infer_signature
     from mlflow.tracking import MlflowClient
+    from mlflow.types.schema import AnyType, ColSpec
+    from mlflow.types.schema import Schema as InputSchema
 
     import trainflow
     from trainflow.predict import ExportedModel
 
     exported = ExportedModel.load(final)
     pre = exported.pre
-    inputs = example[[*pre.raw_features, *([pre.text_column] if pre.text_column else [])]]
+    columns = [*pre.raw_features, *([pre.text_column] if pre.text_column else [])]
+    inputs = example[columns]
+    # Inputs of any type: the model's own preprocessing reads what `trainflow predict` reads (a table read with
+    # pandas from the raw file: ints where training saw floats, "yes"/"no", dates as text, "?" and blanks). A typed
+    # signature would make MLflow refuse those before the model sees them. Columns the model does not use are
+    # dropped; a missing one is MLflow's error, naming it.
+    signature = ModelSignature(
+        inputs=InputSchema([ColSpec(AnyType(), c) for c in columns]),
+        outputs=infer_signature(inputs, exported.predict_frame(inputs)).outputs,
+    )
     package = Path(trainflow.__file__).parent
     with warnings.catch_warnings(), mlflow.start_run(run_id=run_id):
         # The signature is given; an input example would only make MLflow load and run the model once more.
@@ -377,7 +388,7 @@ def log_pyfunc(run_id: str, final: Path, example: Any) -> str:
             python_model=str(package / "serving.py"),
             artifacts={"model_dir": str(final)},
             code_paths=[str(package)],
-            signature=infer_signature(inputs, exported.predict_frame(inputs)),
+            signature=signature,
             # Listing requirements skips MLflow's ~9 s inference of them.
             pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", "safetensors", "pandas", "numpy"],
         )

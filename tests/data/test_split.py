@@ -219,7 +219,8 @@ def test_the_assignment_is_the_documented_rule() -> None:
     parts first, val before test on a tie); the 3 smallest seeded hashes are test, the next 4 val, the rest train."""
     frame = pd.DataFrame({"id": np.arange(24, dtype=np.int64), "x": 0.0, "s": "a", "y": "a"})
     split = assign(frame, schema_for(frame), SplitParams(stratify=False, key=["id"]), 42).split
-    h = hash_pandas_object(frame[["id"]], index=False, hash_key=hash_key(42)).to_numpy(dtype=np.uint64)
+    as_text = frame[["id"]].astype("string")  # key columns are hashed as text: 3, 3.0 and "3" are one id
+    h = hash_pandas_object(as_text, index=False, hash_key=hash_key(42)).to_numpy(dtype=np.uint64)
     rank = np.argsort(np.argsort(h))
     np.testing.assert_array_equal(split, np.where(rank < 3, 2, np.where(rank < 7, 1, 0)))
 
@@ -412,3 +413,27 @@ def test_an_empty_train_split_says_to_lower_the_held_out_fractions() -> None:
     frame = pd.concat([random_frame(1)] * 6, ignore_index=True)  # one key: it goes to the largest split
     with pytest.raises(DataError, match=r"the train split is empty .*lower split.val_fraction / split.test_fraction"):
         assign(frame, schema_for(frame), SplitParams(val_fraction=0.45, test_fraction=0.44, stratify=False), 0)
+
+
+def test_an_id_splits_the_same_typed_or_as_read() -> None:
+    """split.key on an id column: the same split whether ingest typed it (a feature: float64) or carried it as read
+    (excluded: int64, or text)."""
+    frame = random_frame(400)
+    p = SplitParams(key=["id"])
+    split = assign(frame, schema_for(frame), p, 3).split
+    for typed in (frame["id"].astype(np.float64), frame["id"].astype(str)):
+        np.testing.assert_array_equal(assign(frame.assign(id=typed), schema_for(frame), p, 3).split, split)
+
+
+def test_the_raw_row_key_decides_and_stays_out_of_the_split_files() -> None:
+    """With ingest's raw-row key, the split depends on nothing else: any change of the other columns (a feature
+    dropped, a column retyped) leaves every row where it was."""
+    from trainflow.data.schema import ROW_KEY
+
+    frame = random_frame(500).assign(**{ROW_KEY: np.arange(500, dtype=np.uint64) * 7919})
+    parts, first = split_frame(frame, schema_for(frame), SplitParams(), 5)
+    assert all(ROW_KEY not in part.columns for part in parts.values())
+    changed = frame.drop(columns=["s"]).assign(x=frame["x"].astype(str))
+    _, again = split_frame(changed, schema_for(changed, ["x"]), SplitParams(), 5, previous=first.assignment)
+    np.testing.assert_array_equal(again.split, first.split)
+    assert again.kept == 500

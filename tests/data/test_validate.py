@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from trainflow.data.schema import Schema
+from trainflow.data.schema import ROW_KEY, Schema
 from trainflow.data.validate import infer_schema
 from trainflow.errors import DataError
 from trainflow.params import DataParams
@@ -99,7 +99,9 @@ def test_kinds_and_types_of_the_cleaned_table() -> None:
         "city": "categorical",
         "body": "text",
     }
-    assert list(out.columns) == [*schema.features, "body", "y"]
+    # The excluded column travels along as read; every row has the key of its raw values.
+    assert list(out.columns) == [*schema.features, "body", "y", "id", ROW_KEY] and schema.carried == ["id"]
+    assert out["id"].tolist() == [1, 2, 3, 4] and out[ROW_KEY].dtype == np.uint64 and out[ROW_KEY].is_unique
     assert schema.text_column == "body" and schema.source == "data/raw/f.csv" and schema.n_rows == 4
     for c in ("num", "count", "numtext"):
         assert out[c].dtype == np.float64
@@ -186,9 +188,9 @@ def test_auto_task_keeps_integer_coded_classes() -> None:
     assert schema.task == "classification"
     assert schema.classes == [str(i) for i in range(30)]  # sorted by value, not as text ("10" after "9")
     assert out["y"].dtype == object and out["y"][0] == "0"
-    # few distinct values relative to the rows: classification too
+    # few distinct values relative to the rows, but with fractions: measurements, so regression
     schema, _ = run({"x": np.arange(1000.0), "y": np.arange(1000) % 25 + 0.5})
-    assert schema.task == "classification"
+    assert schema.task == "regression" and "fractions (e.g. 0.5)" in schema.task_reason
 
 
 def test_class_labels_are_normalised_and_sorted() -> None:
@@ -237,10 +239,12 @@ def test_schema_drift_lists_every_changed_column() -> None:
     assert "'city' (categorical) is missing" in message
     assert "'zip' (numeric) is new" in message
     assert "'score'" not in message
-    assert "3 changes" in message and "delete models/final" in message and "data.features/data.exclude" in message
-    # an explicit task that differs from the trained one is drift too
-    frame = {"age": [1.0, 2.0], "city": ["x", "y"], "score": [1.0, 2.0], "y": [1.0, 2.0]}
-    assert "target 'y': classification -> regression" in error(frame, previous_schema(), task="regression")
+    assert "3 changes" in message and "trainflow stage ingest --accept-schema" in message
+    assert "data.features" not in message  # a column of before is gone: training on them is no way out
+    frame = {"age": [1.0, 2.0], "city": ["x", "y"], "score": [1.0, 2.0], "zip": [1, 2], "y": ["a", "b"]}
+    message = error(frame, previous_schema())
+    assert "1 change: 'zip' (numeric) is new" in message
+    assert "-S 'data.features=[age, city, score]'" in message  # only new columns: the ones of before still work
 
 
 def test_previous_class_order_is_kept() -> None:

@@ -30,7 +30,7 @@ import pandas as pd
 from pandas.api import types as ptypes
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
 
-from trainflow.data.schema import Kind, Schema
+from trainflow.data.schema import NA_VALUES, Kind, Schema
 from trainflow.errors import DataError
 from trainflow.io import atomic_path, read_json, write_json
 from trainflow.params import FeatureParams
@@ -400,8 +400,8 @@ def _datetimes(s: pd.Series, name: str, where: str) -> pd.Series:
 def _reject(s: pd.Series, failed: np.ndarray, name: str, where: str, what: str) -> None:
     """DataError if a value that is present (not NA, not blank) failed to convert."""
     present = s.notna().to_numpy()
-    if ptypes.is_object_dtype(s.dtype) or ptypes.is_string_dtype(s.dtype):
-        present = present & _strings(s).str.strip().ne("").fillna(False).to_numpy(dtype=bool)
+    if ptypes.is_object_dtype(s.dtype) or ptypes.is_string_dtype(s.dtype):  # blanks and "NA", "?"... are missing
+        present = present & ~_strings(s).str.strip().isin(NA_VALUES).fillna(True).to_numpy(dtype=bool)
     bad = failed & present
     if bad.any():
         examples = pd.unique(s[bad].astype(str).to_numpy())[:5].tolist()

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from trainflow.io import read_json
 
 Kind = Literal["numeric", "categorical", "boolean", "datetime", "text"]
+# Spellings of a missing value in text: pandas' defaults plus "?" (UCI-style exports). Ingest reads them as missing,
+# and preprocessing does too, so a table a user reads with pandas scores as ingest saw it.
+NA_VALUES: list[str] = ["", "NA", "N/A", "n/a", "NaN", "nan", "NULL", "null", "None", "none", "#N/A", "?"]
+ROW_KEY = "__row_key__"  # processed table: each row's key, the hash of its raw values (the split uses and drops it)
 
 
 @dataclass(frozen=True)
@@ -17,7 +21,8 @@ class Schema:
 
     The processed table holds `features`, then `text_column` (if any), then `target`, typed by kind: numeric as
     float64 (NaN = missing), boolean as pandas "boolean", categorical and text as strings (None = missing), datetime
-    as datetime64[ns] (NaT = missing); the target as str labels (classification) or float64 (regression).
+    as datetime64[ns] (NaT = missing); the target as str labels (classification) or float64 (regression). Then the
+    `carried` columns as read, and the row keys (validate.ROW_KEY).
     """
 
     source: str
@@ -29,6 +34,9 @@ class Schema:
     n_rows: int
     text_column: str | None = None
     dropped: dict[str, int] = field(default_factory=dict)  # rows dropped at ingest, by reason
+    task_reason: str = ""  # why the task is what it is, in words ("target 'fare' holds non-integer numbers")
+    carried: list[str] = field(default_factory=list)  # the other raw columns, as read (not features of this model)
+    data_params: dict[str, Any] = field(default_factory=dict)  # the data params this schema follows from
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)

@@ -31,11 +31,9 @@ import pyarrow.csv as pv
 import pyarrow.json as pj
 import pyarrow.parquet as pq
 
+from trainflow.data.schema import NA_VALUES
 from trainflow.errors import DataError
 from trainflow.params import BUILTIN_DATASETS, DataParams
-
-# Spellings of a missing value in text files: pandas' defaults plus "?" (UCI-style exports).
-NA_VALUES: list[str] = ["", "NA", "N/A", "n/a", "NaN", "nan", "NULL", "null", "None", "none", "#N/A", "?"]
 
 FORMAT_BY_SUFFIX = {
     ".csv": "csv",

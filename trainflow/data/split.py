@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 from pandas.util import hash_pandas_object
 
-from trainflow.data.schema import Schema
+from trainflow.data.schema import ROW_KEY, Schema
 from trainflow.errors import DataError
 from trainflow.params import SplitParams
 from trainflow.paths import SPLITS
@@ -51,8 +51,20 @@ def hash_key(seed: int) -> str:
 
 
 def row_keys(frame: pd.DataFrame, columns: list[str], seed: int) -> np.ndarray:
-    """The seeded 64-bit hash (uint64) of each row's `columns`: a function of those values and dtypes alone."""
-    return hash_pandas_object(frame[columns], index=False, hash_key=hash_key(seed)).to_numpy(dtype=np.uint64)
+    """The seeded 64-bit hash (uint64) of each row's `columns`: a function of those values alone. The raw-row key
+    (ROW_KEY) is hashed as it is; other columns (split.key, split.group_by) as text, numbers without a fraction as
+    integers, so an id reads the same whether it is a feature (typed) or not (as read): 3, 3.0 and "3" are one id."""
+    table = frame[columns] if columns == [ROW_KEY] else pd.DataFrame({c: _canonical(frame[c]) for c in columns})
+    return hash_pandas_object(table, index=False, hash_key=hash_key(seed)).to_numpy(dtype=np.uint64)
+
+
+def _canonical(s: pd.Series) -> pd.Series:
+    if pd.api.types.is_float_dtype(s.dtype):
+        x = s.to_numpy(dtype=np.float64, na_value=np.nan)
+        finite = x[np.isfinite(x)]
+        if np.array_equal(finite, np.round(finite)):
+            return s.astype("Int64").astype("string")
+    return s.astype("string")
 
 
 @dataclass
@@ -132,9 +144,8 @@ def split_frame(
 ) -> tuple[dict[str, pd.DataFrame], Result]:
     """The train/val/test subsets of `frame` by `assign`, each in table order with a fresh 0..n-1 index."""
     result = assign(frame, schema, p, seed, previous)
-    parts = {
-        name: frame.iloc[np.flatnonzero(result.split == i)].reset_index(drop=True) for i, name in enumerate(SPLITS)
-    }
+    rows = frame.drop(columns=[ROW_KEY], errors="ignore")  # the key is the split's business: not in the split files
+    parts = {name: rows.iloc[np.flatnonzero(result.split == i)].reset_index(drop=True) for i, name in enumerate(SPLITS)}
     return parts, result
 
 
@@ -147,7 +158,9 @@ def settings(frame: pd.DataFrame, schema: Schema, p: SplitParams, seed: int) -> 
         mode, columns = "group_by", [p.group_by]
     elif p.key is not None:
         mode, columns = "key", list(p.key)
-    else:
+    elif ROW_KEY in frame.columns:  # the raw row's key from ingest: no feature choice or typing changes it
+        mode, columns = "row", [ROW_KEY]
+    else:  # a table from before row keys: its columns
         mode, columns = "row", _row_columns(frame, schema)
     stratified = p.stratify and schema.task == "classification"
     return {

@@ -24,7 +24,7 @@ from pandas.api.types import (
     is_object_dtype,
 )
 
-from trainflow.data.schema import Kind, Schema
+from trainflow.data.schema import ROW_KEY, Kind, Schema
 from trainflow.errors import DataError
 from trainflow.params import DataParams
 
@@ -33,12 +33,14 @@ Task = Literal["classification", "regression"]
 # A string column is numeric (and its other values are typos) when at least this share of its values are numbers;
 # the same rule makes a column of ISO dates with a few stray values a datetime column with errors.
 TYPED_SHARE = 0.95
-# task auto: a numeric target is regression with more than this many distinct values ...
-REGRESSION_MIN_DISTINCT = 20
-# ... that are also more than this fraction of the rows ...
-REGRESSION_MIN_FRACTION = 0.05
-# ... unless they are integer-coded classes: the integers 0..K-1 or 1..K with K at most this.
+# task auto (see `auto_task`): integer targets are classes with at most this many distinct values ...
+CLASSES_MAX_DISTINCT = 20
+# ... and at least this many rows per distinct value on average;
+CLASSES_MIN_ROWS = 10
+# integer codes 0..K-1 or 1..K (every value present) are classes up to this K.
 INT_CODED_MAX = 100
+# A classification target (task auto) whose classes are mostly one row each is a number read as labels: an error.
+SINGLETON_CLASSES_MAX = 0.5
 BOOL_WORDS = {"true": True, "false": False, "yes": True, "no": False}
 ISO_DATE = r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}(?::?\d{2})?)?)?"
 ISO_TZ = r"(?:Z|[+-]\d{2}(?::?\d{2})?)$"
@@ -73,6 +75,8 @@ class _Target:
     unseen: np.ndarray | None = None  # rows whose label the previous schema does not know
     codes: np.ndarray | None = None  # classification: index into `labels` per row
     labels: list[str] = field(default_factory=list)  # classification: the distinct labels, codes index them
+    reason: str = ""  # why the task is what it is
+    missing: np.ndarray | None = None  # rows without a target value, to drop (data.missing_target: drop)
 
 
 def infer_schema(table: Table, d: DataParams, previous: Schema | None = None) -> tuple[Schema, pd.DataFrame]:
@@ -95,8 +99,11 @@ def infer_schema(table: Table, d: DataParams, previous: Schema | None = None) ->
     n = len(frame)
     keep: np.ndarray | None = None  # None = every row
     dropped: dict[str, int] = {}
+    if target.missing is not None:
+        keep = ~target.missing
+        dropped["missing_target"] = int(target.missing.sum())
     if target.unseen is not None:
-        keep = ~target.unseen
+        keep = ~target.unseen if keep is None else keep & ~target.unseen
         dropped["unseen_labels"] = int(target.unseen.sum())
     if d.missing != "impute":
         keep = _missing(table, d, cols, keep, dropped)
@@ -107,6 +114,10 @@ def infer_schema(table: Table, d: DataParams, previous: Schema | None = None) ->
     out = pd.DataFrame(data, copy=False)
     if d.duplicates != "keep":
         keep = _duplicates(table, d, out, keep, dropped)
+    # The other columns travel along as read (a model trained on them earlier reads them with its own
+    # preprocessing), and every row gets the key of its raw values, which no typing or column choice changes.
+    carried = [c for c in columns if c not in data]
+    out = out.assign(**{c: _carried(frame[columns[c]]) for c in carried}, **{ROW_KEY: raw_row_keys(frame)})
     if keep is not None and not keep.all():
         out = out[keep].reset_index(drop=True)
     n_rows = len(out)
@@ -130,9 +141,35 @@ def infer_schema(table: Table, d: DataParams, previous: Schema | None = None) ->
             n_rows=n_rows,
             text_column=d.text_column,
             dropped=dropped,
+            task_reason=target.reason,
+            carried=carried,
+            data_params=schema_params(d),
         ),
         out,
     )
+
+
+def schema_params(d: DataParams) -> dict[str, Any]:
+    """The data params a schema follows from: a previous schema is the baseline for drift only under the same ones.
+    (What happens to rows — missing values, duplicates, unseen labels — does not change the schema.)"""
+    return d.model_dump(exclude={"missing", "missing_target", "duplicates", "unseen_labels"})
+
+
+def raw_row_keys(frame: pd.DataFrame) -> np.ndarray:
+    """A 64-bit hash (uint64) of each raw row, all columns as read: the row's identity for the split, whatever
+    columns are features, which is the target, how they are typed."""
+    try:
+        return pd.util.hash_pandas_object(frame, index=False).to_numpy(dtype=np.uint64)
+    except TypeError:  # unhashable values (lists or objects from JSON): hash those columns as text
+        safe = {c: frame[c].astype(str) if is_object_dtype(frame[c].dtype) else frame[c] for c in frame.columns}
+        return pd.util.hash_pandas_object(pd.DataFrame(safe), index=False).to_numpy(dtype=np.uint64)
+
+
+def _carried(s: pd.Series) -> pd.Series:
+    """An unused column as read; values of mixed types (from JSON) as text, so the table can be written as Parquet."""
+    if is_object_dtype(s.dtype) and infer_dtype(s, skipna=True) not in ("string", "empty"):
+        return s.astype("string")
+    return s
 
 
 def _series(values: Any) -> pd.Series:
@@ -408,13 +445,8 @@ def _text(table: Table, name: str, label: Any) -> _Column:
 def _check_drift(
     table: Table, d: DataParams, previous: Schema, features: list[str], kinds: dict[str, str], columns: dict[str, Any]
 ) -> None:
+    """The columns of the previous ingest against these (made under the same data params: ingest's caller's rule)."""
     drift: list[str] = []
-    if previous.target != d.target:
-        drift.append(f"target {previous.target!r} -> {d.target!r}")
-    elif d.task != "auto" and d.task != previous.task:
-        drift.append(f"target {d.target!r}: {previous.task} -> {d.task}")
-    if previous.text_column != d.text_column:
-        drift.append(f"text column {previous.text_column!r} -> {d.text_column!r}")
     known = [*previous.features, *([previous.text_column] if previous.text_column else [])]
     for c in known:
         old = previous.kinds.get(c, "?")
@@ -425,10 +457,13 @@ def _check_drift(
     if d.features is None:
         drift += [f"{c!r} ({kinds[c]}) is new" for c in features if c not in known]
     if drift:
+        only_new = all(change.endswith(" is new") for change in drift)  # then the old columns are all still there
+        before = f"; or keep training on the columns of before: -S 'data.features=[{', '.join(known)}]'"
         raise DataError(
-            f"data.source: {table.source}: the data no longer matches the schema the current model was trained on "
-            f"({len(drift)} change{'s' if len(drift) != 1 else ''}: {'; '.join(drift)}). To accept it, retrain from "
-            "scratch (delete models/final), or set data.features/data.exclude to the columns the model was trained on"
+            f"data.source: {table.source}: the data changed since the last ingest under the same data params "
+            f"({len(drift)} change{'s' if len(drift) != 1 else ''}: {'; '.join(drift)}). If the new data is right, "
+            "accept its schema once with `trainflow stage ingest --accept-schema`, then rerun"
+            + (before if only_new else "")
         )
 
 
@@ -439,20 +474,63 @@ def _num_label(v: float) -> str:
     return str(int(v)) if float(v).is_integer() else str(float(v))
 
 
-def _auto_regression(distinct: np.ndarray, n_rows: int) -> bool:
+def auto_task(name: str, distinct: np.ndarray | None, n_rows: int, what: str) -> tuple[Task, str]:
+    """data.task auto: the task for a target whose distinct values are `distinct` (numbers; None when they are not
+    all numbers: `what` says what they are), and why, in words for the user.
+
+    Numbers with a fraction are measurements: regression. Integers are classes when there are few of them for the
+    rows (integer codes 0..K-1 or 1..K, or at most CLASSES_MAX_DISTINCT values with CLASSES_MIN_ROWS rows each on
+    average), otherwise counts or amounts: regression. Everything else (text, booleans) is classification.
+    """
+    if distinct is None:
+        return "classification", f"target {name!r} holds {what}"
     k = len(distinct)
-    if k <= REGRESSION_MIN_DISTINCT or k <= REGRESSION_MIN_FRACTION * n_rows:
-        return False
+    fractional = distinct[distinct != np.round(distinct)]
+    if len(fractional):
+        return "regression", f"target {name!r} holds numbers with fractions (e.g. {fractional[0]:g})"
     lo, hi = float(distinct.min()), float(distinct.max())
-    integer_coded = (
-        k <= INT_CODED_MAX and lo in (0.0, 1.0) and hi - lo + 1 == k and bool((distinct == np.round(distinct)).all())
+    if k <= INT_CODED_MAX and lo in (0.0, 1.0) and hi - lo + 1 == k:
+        return "classification", f"target {name!r} holds the integer codes {lo:g}..{hi:g} ({k} classes)"
+    if k <= CLASSES_MAX_DISTINCT and k * CLASSES_MIN_ROWS <= n_rows:
+        return "classification", f"target {name!r} holds {k} distinct integers, few for {n_rows:,} rows"
+    return "regression", f"target {name!r} holds {k:,} distinct integers, too many to be classes of {n_rows:,} rows"
+
+
+def _missing_target_rows(s: pd.Series) -> np.ndarray:
+    """Rows whose target value is missing: NA, or text that is empty or blank."""
+    missing = s.isna().to_numpy(dtype=bool)
+    if is_object_dtype(s.dtype) or pd.api.types.is_string_dtype(s.dtype):
+        missing = missing | s.astype("string").str.strip().eq("").to_numpy(dtype=bool, na_value=False)
+    return missing
+
+
+def _without_missing(table: Table, d: DataParams, s: pd.Series) -> tuple[pd.Series, np.ndarray | None]:
+    """The target column with its missing values filled by an existing value (those rows are dropped later), and
+    which rows they are; or a DataError (data.missing_target: error)."""
+    missing = _missing_target_rows(s)
+    if not missing.any():
+        return s, None
+    count = int(missing.sum())
+    if d.missing_target == "error" or missing.all():
+        row = int(np.argmax(missing))
+        rows = f"{count} row{'s' if count != 1 else ''}"
+        fix = "fill in the label" if missing.all() else "fill in the labels, or set data.missing_target: drop"
+        raise _at(table, row, d.target, f"the target value is missing ({rows} without one); {fix}")
+    filled = s.copy()
+    filled[missing] = s[~missing].iloc[0]  # an existing value: no new class, no new distinct number
+    print(
+        f"ingest: dropped {count} row{'s' if count != 1 else ''} without a target value {d.target!r} "
+        "(data.missing_target: drop)",
+        file=sys.stderr,
     )
-    return not integer_coded
+    return filled, missing
 
 
 def _target(table: Table, d: DataParams, label: Any, previous: Schema | None) -> _Target:
+    """The target column typed for its task: data.task, else the previous ingest's (same data params), else inferred
+    (`auto_task`). Missing values: an error, or rows to drop (data.missing_target)."""
     name = d.target
-    s = table.frame[label]
+    s, missing_target = _without_missing(table, d, table.frame[label])
     dtype = s.dtype
     inferred = infer_dtype(s, skipna=True) if is_object_dtype(dtype) else ""
     boolean = is_bool_dtype(dtype) or inferred == "boolean"
@@ -460,60 +538,60 @@ def _target(table: Table, d: DataParams, label: Any, previous: Schema | None) ->
         (not is_object_dtype(dtype) and is_numeric_dtype(dtype))
         or inferred in ("integer", "floating", "mixed-integer-float")
     )
-    task: Task | None = d.task if d.task != "auto" else (previous.task if previous is not None else None)
+    task: Task | None = None
+    reason = ""
+    if d.task != "auto":
+        task, reason = d.task, f"data.task is {d.task}"
+    elif previous is not None:  # the same source and data params: keep the decision appended rows could flip
+        task, reason = previous.task, previous.task_reason or f"the previous ingest found {previous.task}"
     if numeric and task == "regression":  # no distinct values needed
         number = s.to_numpy() if dtype == np.float64 else pd.to_numeric(s).to_numpy(dtype=np.float64, na_value=np.nan)
-        if np.isnan(number).any():
-            raise _missing_target(table, name, int(np.argmax(np.isnan(number))))
         if np.isinf(number).any():
             row = int(np.argmax(np.isinf(number)))
             raise _at(table, row, name, f"the target {number[row]} is not a finite number; fix the value")
-        return _regression(table, name, number)
+        return _regression(table, name, number, reason, missing_target)
 
     codes, raw = _factorize(table, name, s)
     per_value: np.ndarray | None = None  # the number each distinct value stands for, when they all are numbers
     not_number: str | None = None  # else why not, for a regression target
     labels: np.ndarray | None = None  # str per distinct value; for numbers made once the task is known
+    what = "text labels"
     bad_row = 0
-    missing = np.zeros(len(raw), dtype=bool)
     if numeric:
         per_value = raw.astype(np.float64)
     else:
         text = pd.Series(raw, dtype=object).astype(str).str.strip()
-        missing = (text == "").to_numpy(dtype=bool)
         parsed = pd.to_numeric(text, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
         labels = text.to_numpy(dtype=object)
         if boolean:
             labels = np.array([str(bool(v)) for v in raw], dtype=object)
             not_number = f"the target is boolean ({', '.join(sorted(set(labels)))})"
-        elif np.isfinite(parsed[~missing]).all():  # numbers written as text: labelled as if read as numbers
+            what = "booleans"
+        elif np.isfinite(parsed).all():  # numbers written as text: labelled as if read as numbers
             per_value, labels = parsed, None
         else:
-            bad_row = _first_row(~np.isfinite(parsed) & ~missing, codes)
+            bad_row = _first_row(~np.isfinite(parsed), codes)
             not_number = f"{raw[codes[bad_row]]!r} is not a finite number"
-    missing_rows = _per_row(missing, True, codes)
-    if missing_rows.any():
-        raise _missing_target(table, name, int(np.argmax(missing_rows)))
     if per_value is not None and not np.isfinite(per_value).all():
         row = _first_row(~np.isfinite(per_value), codes)
         raise _at(table, row, name, f"the target {per_value[codes[row]]} is not a finite number; fix the value")
 
     if task is None:  # auto
         distinct = per_value if numeric else np.unique(per_value) if per_value is not None else None
-        regression = distinct is not None and _auto_regression(distinct, len(s))
-        task = "regression" if regression else "classification"
+        task, reason = auto_task(name, distinct, int((~missing_target).sum()) if missing_target is not None
+                                 else len(s), what)  # fmt: skip
     if task == "regression":
         if per_value is None:
-            how = "data.task is regression" if d.task == "regression" else "the current model is a regression"
             raise _at(
                 table,
                 bad_row,
                 name,
-                f"{not_number}, but {how}; fix the value, or set data.task: classification"
-                + ("" if d.task == "regression" else " and retrain from scratch (delete models/final)"),
+                f"{not_number}, but {reason}: a regression target must be numbers; fix the value, or set "
+                "data.task: classification",
             )
-        shared = numeric and dtype == np.float64  # the raw column as it is: no copy
-        return _regression(table, name, s.to_numpy() if shared else _per_row(per_value, np.nan, codes))
+        shared = numeric and dtype == np.float64 and missing_target is None  # the raw column as it is: no copy
+        return _regression(table, name, s.to_numpy() if shared else _per_row(per_value, np.nan, codes), reason,
+                           missing_target)  # fmt: skip
 
     if labels is None:  # numbers: integer-valued ones print as ints ("1", not "1.0")
         assert per_value is not None
@@ -522,23 +600,44 @@ def _target(table: Table, d: DataParams, label: Any, previous: Schema | None) ->
     label_codes, label_uniques = pd.factorize(labels)  # distinct values that print the same are one class
     codes = _per_row(label_codes, -1, codes)
     values = _per_row(label_uniques, None, codes)
-    target = _Target("classification", values, codes=codes, labels=[str(v) for v in label_uniques])
+    target = _Target("classification", values, codes=codes, labels=[str(v) for v in label_uniques], reason=reason,
+                     missing=missing_target)  # fmt: skip
+    if d.task == "auto" and previous is None:
+        _check_not_numbers_as_labels(table, d, target, per_value is not None)
     if previous is not None and previous.task == "classification":
         _check_unseen(table, d, previous, target)
     return target
 
 
-def _regression(table: Table, name: str, number: np.ndarray) -> _Target:
-    if number.min() == number.max():
+def _check_not_numbers_as_labels(table: Table, d: DataParams, target: _Target, numbers: bool) -> None:
+    """task auto chose classification, but most classes have one row: the target is not a set of classes."""
+    assert target.codes is not None
+    kept = target.codes if target.missing is None else target.codes[~target.missing]
+    counts = np.bincount(kept, minlength=len(target.labels))
+    counts = counts[counts > 0]
+    singletons = int((counts == 1).sum())
+    if len(counts) < 10 or singletons <= SINGLETON_CLASSES_MAX * len(counts):
+        return
+    fix = (
+        "it looks like a number to predict: set data.task: regression"
+        if numbers
+        else "check data.target (is it an id or a free-text column?), or set data.task: classification to train on "
+        "it anyway"
+    )
+    raise DataError(
+        f"data.source: {table.source}, column {d.target!r}: as classes, the target has {len(counts):,} of them and "
+        f"{singletons:,} have a single row; {fix}"
+    )
+
+
+def _regression(table: Table, name: str, number: np.ndarray, reason: str, missing: np.ndarray | None) -> _Target:
+    present = number if missing is None else number[~missing]
+    if present.min() == present.max():
         raise DataError(
-            f"data.source: {table.source}, column {name!r}: every target value is {number[0]:g}; there is nothing "
+            f"data.source: {table.source}, column {name!r}: every target value is {present[0]:g}; there is nothing "
             "to learn, check data.target"
         )
-    return _Target("regression", number)
-
-
-def _missing_target(table: Table, name: str, row: int) -> DataError:
-    return _at(table, row, name, "the target value is missing; fill in the label or remove the row")
+    return _Target("regression", number, reason=reason, missing=missing)
 
 
 def _check_unseen(table: Table, d: DataParams, previous: Schema, target: _Target) -> None:
@@ -560,7 +659,8 @@ def _check_unseen(table: Table, d: DataParams, previous: Schema, target: _Target
             d.target,
             f"label {target.values[row]!r} is not among the classes the current model was trained on "
             f"({_names(previous.classes)}); unseen labels {names} in {count} row{'s' if count != 1 else ''}. "
-            "Set data.unseen_labels: drop to drop those rows, or retrain from scratch (delete models/final)",
+            "Set data.unseen_labels: drop to drop those rows, or accept the new labels once with "
+            "`trainflow stage ingest --accept-schema`, then rerun",
         )
     print(
         f"ingest: dropped {count} row{'s' if count != 1 else ''} whose target {d.target!r} has a label the current "

@@ -13,10 +13,11 @@ if TYPE_CHECKING:
 STAGES = ("ingest", "split", "train", "evaluate", "register")
 
 
-def run_stage(name: str, params: PipelineParams, paths: Paths) -> dict[str, Any]:
-    """Run one stage by name: the single entry the CLI and the Prefect tasks share."""
+def run_stage(name: str, params: PipelineParams, paths: Paths, **options: Any) -> dict[str, Any]:
+    """Run one stage by name: the single entry the CLI and the Prefect tasks share. `options`: the stage's own
+    keyword arguments (ingest: accept_schema)."""
     if name not in STAGES:
         raise ValueError(f"unknown stage {name!r}; stages are {', '.join(STAGES)}")
     module = importlib.import_module(f"trainflow.stages.{name}")
-    result: dict[str, Any] = module.run(params, paths)
+    result: dict[str, Any] = module.run(params, paths, **options)
     return result

@@ -7,14 +7,16 @@ from typing import Any
 
 from trainflow.data.schema import Schema
 from trainflow.data.sources import read_source
-from trainflow.data.validate import infer_schema
+from trainflow.data.validate import infer_schema, schema_params
 from trainflow.io import atomic_dir, write_json
-from trainflow.params import PipelineParams
+from trainflow.params import DataParams, PipelineParams
 from trainflow.paths import Paths
 
 
-def previous_schema(paths: Paths, source: str) -> Schema | None:
-    """The schema of the last ingest of the same source (data/processed persists between runs), for drift checks."""
+def previous_schema(paths: Paths, d: DataParams) -> Schema | None:
+    """The schema of the last ingest (data/processed persists between runs), the baseline of the drift check: only
+    when it was made under the same data params. A change the user made (another target, task, columns, source) is
+    not drift: the schema is inferred afresh."""
     if not paths.schema.is_file():
         return None
     try:
@@ -22,19 +24,26 @@ def previous_schema(paths: Paths, source: str) -> Schema | None:
     except (TypeError, KeyError, ValueError):
         print(f"ingest: {paths.schema} was written by an older trainflow; no schema drift check", file=sys.stderr)
         return None
-    if previous.source != source:
-        print(f"ingest: data.source changed from {previous.source!r}; no schema drift check", file=sys.stderr)
+    changed = sorted(k for k, v in schema_params(d).items() if previous.data_params.get(k, v) != v)
+    if not previous.data_params or changed:
+        if changed:
+            print(f"ingest: data params changed ({', '.join(f'data.{k}' for k in changed)}); the schema is inferred "
+                  "afresh", file=sys.stderr)  # fmt: skip
         return None
     return previous
 
 
-def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
+def run(params: PipelineParams, paths: Paths, accept_schema: bool = False) -> dict[str, Any]:
+    """Ingest data.source. `accept_schema`: take the data's schema as it is now, without the drift check against the
+    previous ingest (`trainflow stage ingest --accept-schema`, when the source changed on purpose)."""
     d = params.data
     table = read_source(d, paths.root)
-    schema, frame = infer_schema(table, d, previous_schema(paths, d.source))
+    previous = None if accept_schema else previous_schema(paths, d)
+    schema, frame = infer_schema(table, d, previous)
     with atomic_dir(paths.processed) as tmp:
         frame.to_parquet(tmp / paths.table.name, index=False)
         write_json(tmp / paths.schema.name, schema.to_json())
+    print(f"ingest: task {schema.task}: {schema.task_reason}", file=sys.stderr)
     out: dict[str, Any] = {"rows": schema.n_rows, "features": len(schema.features), "task": schema.task}
     if schema.task == "classification":
         out["classes"] = len(schema.classes)

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from trainflow import lineage, registry, tracking
+from trainflow.data.schema import Schema
 from trainflow.errors import ServiceError, UserError
 from trainflow.io import read_json, sha256_files, write_json
 from trainflow.params import PipelineParams
@@ -63,7 +64,10 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
     train_run = read_json(paths.train_run)
     commit, dirty = lineage.git_commit(paths.root)
     training = read_json(paths.final / "training.json")
+    schema = Schema.read(paths.split_schema)
     tags = {
+        "target": schema.target,
+        "task": schema.task,
         "git_commit": commit,
         "git_dirty": str(dirty).lower(),
         "data_hash": lineage.dvc_out_hash(paths.root, "split", "data/splits"),
