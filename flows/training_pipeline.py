@@ -8,7 +8,6 @@ Prefect artifacts (also when every stage was up to date) and pushes the DVC outp
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,6 @@ from tasks.register import register
 from tasks.split import split
 from tasks.train import train
 from trainflow import report
-from trainflow.data.schema import Schema
 from trainflow.params import load_params
 from trainflow.paths import Paths
 
@@ -93,29 +91,3 @@ def push_outputs(project: Path) -> None:
     message = f"push: {pushed['files_pushed']} file(s) sent to DVC remote {remote!r}"
     logger.info(message)
     print(f"[trainflow] {message}", flush=True)
-
-
-def summary(paths: Paths, results: dict[str, Any]) -> str:
-    """What a person wants to know after a run: where the metrics, the model and the registry version are."""
-    lines = ["", "trainflow: pipeline finished"]
-    ran = [k for k, v in results.items() if not v.get("skipped")]
-    lines.append(f"  stages run: {', '.join(ran) if ran else 'none (everything up to date)'}")
-    if paths.split_schema.is_file():
-        schema = Schema.read(paths.split_schema)
-        lines.append(f"  task:     {schema.task} ({schema.task_reason or 'from the schema'})")
-    if paths.metrics.is_file():
-        metrics = json.loads(paths.metrics.read_text())
-        shown = ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items())
-        lines.append(f"  metrics:  {paths.metrics}  ({shown})")
-    lines.append(f"  model:    {paths.final}")
-    lines.append(f"  plots:    {paths.plots}")
-    if paths.registration.is_file():
-        reg = json.loads(paths.registration.read_text())
-        champ = "now champion" if reg["champion"] else f"champion stays version {reg['champion_version']}"
-        if results.get("register", {}).get("skipped"):
-            champ = f"registered by an earlier run; {champ}"
-        lines.append(f"  registry: {reg['model_uri']} ({champ}; {reg['gate_metric']}={reg['value']:.4f})")
-        if reg.get("decision"):
-            lines.append(f"  decision: {reg['decision']}")
-        lines.append(f"  load it:  mlflow.pyfunc.load_model('models:/{reg['model_name']}@champion')")
-    return "\n".join(lines)

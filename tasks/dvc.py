@@ -32,6 +32,12 @@ def changed(root: Path, stage: str) -> bool:
         return bool(repo.status(targets=[stage]))
 
 
+def changed_stages(root: Path) -> list[str]:
+    """The stages DVC sees as changed (one `dvc status` for the whole pipeline)."""
+    with contextlib.chdir(root), _repo(root) as repo:
+        return sorted(repo.status())
+
+
 def commit(root: Path, stage: str) -> None:
     """Record the outputs the stage just wrote in dvc.lock and the cache, as `dvc commit -f STAGE` does."""
     with contextlib.chdir(root), _repo(root) as repo:

@@ -154,6 +154,7 @@ class FeatureParams(Section):
 
 
 MODEL_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+BUILTIN_MODEL_CODE = "trainflow/models"
 
 
 class ModelParams(Section):
@@ -174,6 +175,13 @@ class ModelParams(Section):
         default_factory=dict,
         description="Extra keyword arguments for the model's constructor (user models; overrides for built-ins).",
     )
+    code: str = Field(
+        BUILTIN_MODEL_CODE,
+        min_length=1,
+        description="The source of the model, relative to the project root: a user model's module file or package "
+        "(mymodels.py for mymodels:TinyNet). The train stage depends on it (dvc.yaml), so editing it retrains; "
+        "the default is trainflow's own models.",
+    )
 
     @model_validator(mode="after")
     def _valid(self) -> ModelParams:
@@ -186,6 +194,12 @@ class ModelParams(Section):
             raise ValueError(f"model.hidden_sizes must all be positive, got {self.hidden_sizes}")
         if self.d_model % self.n_heads:
             raise ValueError(f"model.n_heads ({self.n_heads}) must divide model.d_model ({self.d_model})")
+        if MODEL_PATH.match(self.name) and self.code == BUILTIN_MODEL_CODE:
+            module = self.name.partition(":")[0]
+            raise ValueError(
+                f"model.name {self.name!r} is your model: set model.code to its source so that editing it retrains, "
+                f"e.g. -S model.code={module.replace('.', '/')}.py (or the package directory)"
+            )
         return self
 
 

@@ -41,12 +41,45 @@ def training_curves(history: pd.DataFrame, png: Path) -> None:
     plt.close(fig)
 
 
-def confusion_matrix(actual: np.ndarray, predicted: np.ndarray, classes: list[str], png: Path) -> None:
-    plt = _figure()
+MAX_CLASSES = 20  # a confusion matrix shows at most this many classes: the most frequent, then "other"
+OTHER = "(other)"
+
+
+def top_classes(actual: np.ndarray, predicted: np.ndarray, classes: list[str]) -> tuple[np.ndarray, ...]:
+    """(actual, predicted, names) with classes beyond the MAX_CLASSES - 1 most frequent in `actual` merged as OTHER,
+    so a 220-class problem gives a readable 20 x 20 matrix."""
     k = len(classes)
+    if k <= MAX_CLASSES:
+        return actual, predicted, np.asarray(classes, dtype=object)
+    support = np.bincount(actual, minlength=k)
+    keep = np.argsort(-support, kind="stable")[: MAX_CLASSES - 1]
+    index = np.full(k, MAX_CLASSES - 1)
+    index[keep] = np.arange(len(keep))
+    names = np.array([*(classes[i] for i in keep), OTHER], dtype=object)
+    return index[actual], index[predicted], names
+
+
+def decile_bins(actual: np.ndarray, predicted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Regression values as the deciles of the actual values ("2.50-5.10"), for a confusion matrix of the bins."""
+    edges = np.unique(np.quantile(actual, np.linspace(0, 1, 11)))
+    names = [f"{lo:.3g}-{hi:.3g}" for lo, hi in zip(edges[:-1], edges[1:])] or [f"{edges[0]:.3g}"]
+    last = len(names) - 1
+
+    def binned(values: np.ndarray) -> np.ndarray:
+        return np.asarray(names, dtype=object)[np.clip(np.searchsorted(edges, values, side="right") - 1, 0, last)]
+
+    return binned(actual), binned(predicted)
+
+
+def confusion_matrix(actual: np.ndarray, predicted: np.ndarray, classes: list[str], png: Path) -> None:
+    """A confusion matrix image of at most MAX_CLASSES classes (the most frequent; the rest as "other")."""
+    plt = _figure()
+    actual, predicted, names = top_classes(actual, predicted, classes)
+    k = len(names)
     counts = np.zeros((k, k), dtype=np.int64)
     np.add.at(counts, (actual, predicted), 1)
-    fig, ax = plt.subplots(figsize=(1.0 + 0.5 * k, 1.0 + 0.5 * k))
+    side = min(12.0, 1.0 + 0.5 * k)  # at most 1,200 pixels a side
+    fig, ax = plt.subplots(figsize=(side, side))
     ax.imshow(counts, cmap="Blues")
     for i in range(k):
         for j in range(k):
@@ -60,15 +93,19 @@ def confusion_matrix(actual: np.ndarray, predicted: np.ndarray, classes: list[st
                     fontsize=8,
                     color="white" if counts[i, j] > counts.max() / 2 else "black",
                 )
+    title = (
+        "Confusion matrix (test)" if k == len(classes) else f"Confusion matrix (test): top {k - 1} of {len(classes)}"
+    )
     ax.set(
         xticks=range(k),
         yticks=range(k),
-        xticklabels=classes,
-        yticklabels=classes,
+        xticklabels=names,
+        yticklabels=names,
         xlabel="predicted",
         ylabel="actual",
-        title="Confusion matrix (test)",
+        title=title,
     )
+    plt.setp(ax.get_xticklabels(), rotation=45, ha="right")
     fig.tight_layout()
     with atomic_path(png) as tmp:
         fig.savefig(tmp, format="png", dpi=100, metadata={"Software": None})

@@ -19,7 +19,7 @@ from trainflow.data.preprocess import Preprocessor
 from trainflow.engine.data import Batch, TensorData, TextData
 from trainflow.errors import UserError
 from trainflow.io import read_json
-from trainflow.models import build_model
+from trainflow.models import build_model, user_source
 
 WEIGHTS, CONFIG = "model.safetensors", "model.json"
 # Rows scored per forward pass, by evaluate (evaluate.batch_size), `trainflow predict` and the served model alike:
@@ -51,6 +51,7 @@ class ExportedModel:
             if not (directory / name).is_file():
                 raise UserError(f"model {directory}: {name} is missing; run `trainflow stage train` first")
         model = build_model(read_json(directory / CONFIG))
+        _check_source(model, directory)
         model.load_state_dict(load_file(str(directory / WEIGHTS)))
         model.eval()
         return cls(model, Preprocessor.load(directory))
@@ -82,6 +83,19 @@ class ExportedModel:
         for i, c in enumerate(self.pre.classes):
             out[f"proba_{c}"] = values[:, i]
         return out
+
+
+def _check_source(model: nn.Module, directory: Path) -> None:
+    """A user model's weights fit the code they were trained with: refuse them if that code changed since."""
+    training = directory / "training.json"
+    trained = read_json(training).get("model_source") if training.is_file() else None
+    now = user_source(model)
+    if trained is None or now is None or now["sha256"] == trained["sha256"]:
+        return
+    raise UserError(
+        f"model {directory}: it was trained with another version of {trained['module']} ({now['source']} changed "
+        "since); retrain it (`trainflow stage train`, or `trainflow run`) before evaluating or predicting with it"
+    )
 
 
 def load(model: str) -> ExportedModel:

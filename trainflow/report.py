@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from trainflow.data.schema import Schema
 from trainflow.io import read_json
 from trainflow.paths import Paths
 from trainflow.registry import MINIMIZE
@@ -170,3 +171,29 @@ def artifacts(paths: Paths) -> list[Artifact]:
             Artifact("registry-decision", "Registry version and champion decision", registry_markdown(registration))
         )
     return out
+
+
+def summary(paths: Paths, results: dict[str, Any]) -> str:
+    """What a person wants to know after a run: where the metrics, the model and the registry version are."""
+    lines = ["", "trainflow: pipeline finished"]
+    ran = [k for k, v in results.items() if not v.get("skipped")]
+    lines.append(f"  stages run: {', '.join(ran) if ran else 'none (everything up to date)'}")
+    if paths.split_schema.is_file():
+        schema = Schema.read(paths.split_schema)
+        lines.append(f"  task:     {schema.task} ({schema.task_reason or 'from the schema'})")
+    if paths.metrics.is_file():
+        metrics = read_json(paths.metrics)
+        shown = ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items())
+        lines.append(f"  metrics:  {paths.metrics}  ({shown})")
+    lines.append(f"  model:    {paths.final}")
+    lines.append(f"  plots:    {paths.plots}")
+    if paths.registration.is_file():
+        reg = read_json(paths.registration)
+        champ = "now champion" if reg["champion"] else f"champion stays version {reg['champion_version']}"
+        if results.get("register", {}).get("skipped"):
+            champ = f"registered by an earlier run; {champ}"
+        lines.append(f"  registry: {reg['model_uri']} ({champ}; {reg['gate_metric']}={reg['value']:.4f})")
+        if reg.get("decision"):
+            lines.append(f"  decision: {reg['decision']}")
+        lines.append(f"  load it:  mlflow.pyfunc.load_model('models:/{reg['model_name']}@champion')")
+    return "\n".join(lines)

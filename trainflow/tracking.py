@@ -365,6 +365,7 @@ def log_pyfunc(run_id: str, final: Path, example: Any) -> str:
     from mlflow.types.schema import Schema as InputSchema
 
     import trainflow
+    from trainflow.models import user_source
     from trainflow.predict import ExportedModel
 
     exported = ExportedModel.load(final)
@@ -387,7 +388,7 @@ def log_pyfunc(run_id: str, final: Path, example: Any) -> str:
             name="model",
             python_model=str(package / "serving.py"),
             artifacts={"model_dir": str(final)},
-            code_paths=[str(package)],
+            code_paths=[str(package), *([source["source"]] if (source := user_source(exported.model)) else [])],
             signature=signature,
             # Listing requirements skips MLflow's ~9 s inference of them.
             pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", "safetensors", "pandas", "numpy"],

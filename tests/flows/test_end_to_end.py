@@ -98,5 +98,5 @@ def test_batch_predict_flow_scores_with_the_champion(iris_project: Path, prefect
     result = batch_predict("models:/iris@champion", str(paths.split_file("test")), str(out))
     assert result["rows"] == read_json(paths.metrics)["n_test"]
     scored = pd.read_parquet(out)
-    confusion = pd.read_csv(paths.test_plots / "confusion.csv", dtype=str)  # labels are strings ("0", "1", "2")
+    confusion = pd.read_csv(paths.test_plots / "predictions.csv", dtype=str)  # labels are strings ("0", "1", "2")
     assert list(scored["prediction"]) == list(confusion["predicted"])

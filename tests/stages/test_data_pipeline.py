@@ -103,7 +103,7 @@ def test_regression_on_builtin_diabetes(tmp_path: Path) -> None:
     )  # fmt: skip
     print(f"diabetes test R² {metrics['r2']:.4f}, rmse {metrics['rmse']:.2f}")
     assert metrics["r2"] > 0.41  # what it reaches: 0.430 (least squares on train+val: 0.486)
-    assert (paths.test_plots / "predicted_vs_actual.png").is_file()
+    assert (paths.test_plots / "predictions.png").is_file()
     assert out["register"]["gate_metric"] == "r2"
 
 

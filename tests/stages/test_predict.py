@@ -69,7 +69,7 @@ def test_predict_reproduces_evaluate_exactly(blobs_run: Paths, monkeypatch: pyte
     assert list(out.columns) == [*test.columns, "prediction", "proba_a", "proba_b", "proba_c"]
     pd.testing.assert_frame_equal(out[test.columns], test, check_dtype=False)
     # The same predictions evaluate scored, and the same probabilities to the last bit.
-    confusion = pd.read_csv(blobs_run.test_plots / "confusion.csv")
+    confusion = pd.read_csv(blobs_run.test_plots / "predictions.csv")
     assert list(out["prediction"]) == list(confusion["predicted"])
     proba = out[["proba_a", "proba_b", "proba_c"]].to_numpy()
     expected = ExportedModel.load(blobs_run.final).outputs(test)
@@ -96,7 +96,7 @@ def test_predict_from_a_csv_file_and_a_model_directory(blobs_run: Paths, monkeyp
     assert predict(root, monkeypatch, "--model", "models/final", "--input", "new.csv", "--output", "p.csv") == 0
     out = pd.read_csv(root / "p.csv", float_precision="round_trip")
     assert "label" not in out.columns and len(out) == len(test)
-    confusion = pd.read_csv(blobs_run.test_plots / "confusion.csv")
+    confusion = pd.read_csv(blobs_run.test_plots / "predictions.csv")
     assert list(out["prediction"]) == list(confusion["predicted"])
 
 

@@ -43,7 +43,7 @@ def test_pipeline_outputs_and_lineage(csv_project: Path) -> None:
         "schema.json",
         "training.json",
     ]
-    for png in ("training_curves.png", "test/confusion_matrix.png"):
+    for png in ("training_curves.png", "test/predictions.png"):
         assert (paths.plots / png).read_bytes()[:4] == b"\x89PNG"
     assert "val_loss" in (paths.plots / "history.csv").read_text().splitlines()[0]
 
@@ -64,7 +64,7 @@ def test_pipeline_outputs_and_lineage(csv_project: Path) -> None:
 
     test = pd.read_parquet(paths.split_file("test"))
     served = mlflow.pyfunc.load_model("models:/blobs@champion").predict(test)
-    confusion = pd.read_csv(paths.test_plots / "confusion.csv")
+    confusion = pd.read_csv(paths.test_plots / "predictions.csv")
     assert list(served["prediction"]) == list(confusion["predicted"])
 
 

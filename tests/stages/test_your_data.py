@@ -209,7 +209,7 @@ def test_the_printed_load_it_recipe_works_on_the_raw_csv(
 
     import mlflow.pyfunc
 
-    from flows.training_pipeline import summary
+    from trainflow.report import summary
 
     frame = {"taxis": taxis(n=1200), "cars": cars(), "tips": tips()}[shape]
     root = project(tmp_path, shape, frame, **{"data.target": target})

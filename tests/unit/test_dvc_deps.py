@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -76,11 +77,24 @@ def loaded_in_fresh_interpreter(module: str) -> set[str]:
     return {Path(f).resolve().relative_to(REPO).as_posix() for f in json.loads(out)}
 
 
+def interpolated(dep: str) -> str:
+    """`${model.code}` as DVC reads it: the value at that dotted key of params.yaml."""
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+
+    def value(match: re.Match[str]) -> str:
+        node = params
+        for key in match.group(1).split("."):
+            node = node[key]
+        return str(node)
+
+    return re.sub(r"\$\{([\w.]+)\}", value, dep)
+
+
 def declared_code(stage: str) -> set[str]:
     """The .py files under trainflow/ that the stage's deps name (a directory names every file in it)."""
     deps = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"][stage]["deps"]
     files: set[str] = set()
-    for dep in deps:
+    for dep in map(interpolated, deps):
         path = REPO / dep
         if not dep.startswith(f"{PACKAGE}/"):
             continue
@@ -106,3 +120,11 @@ def test_the_static_scan_sees_imports_inside_functions() -> None:
     """train builds the text transformer through a function-level import, which importing the stage does not run."""
     assert "trainflow/models/text.py" not in loaded_in_fresh_interpreter("trainflow.stages.train")
     assert "trainflow/models/text.py" in static_closure("trainflow.stages.train")
+
+
+def test_the_train_stage_depends_on_the_model_code_param() -> None:
+    """A user model's module (`-S model.code=mymodels`) is a train dep through `${model.code}`, so editing it reruns
+    train; the default names trainflow's own models, which the stage imports anyway."""
+    deps = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["train"]["deps"]
+    assert "${model.code}" in deps
+    assert interpolated("${model.code}") == yaml.safe_load((REPO / "params.yaml").read_text())["model"]["code"]

@@ -6,8 +6,10 @@ Forward signatures: table models take `x` [N, F] (float); text models take `toke
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import inspect
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -70,3 +72,37 @@ def build_model(config: dict[str, Any]) -> nn.Module:
         return cls(**kwargs)
     except TypeError as exc:
         raise UserError(f"model {config['name']!r}: cannot build it with {kwargs} ({exc}); see model.kwargs") from None
+
+
+def source_files(path: Path) -> list[Path]:
+    """The Python source of a module file or a package directory (its .py files, sorted)."""
+    if path.is_dir():
+        return sorted(p for p in path.rglob("*.py") if "__pycache__" not in p.parts)
+    return [path]
+
+
+def source_hash(files: list[Path], relative_to: Path) -> str:
+    """One hash over the files' paths (relative to `relative_to`) and bytes."""
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.relative_to(relative_to).as_posix().encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
+
+
+def user_source(model: nn.Module) -> dict[str, str] | None:
+    """For a model whose class is not trainflow's: its module, where its source is (the module's file, or its
+    package's directory) and the hash of that source. None for built-in models."""
+    cls = type(model)
+    if cls.__module__.split(".")[0] == "trainflow":
+        return None
+    module = importlib.import_module(cls.__module__)
+    file = Path(inspect.getfile(module)).resolve()
+    top = module.__name__.split(".")[0]
+    where = Path(inspect.getfile(importlib.import_module(top))).resolve()
+    source = where.parent if where.name == "__init__.py" else where  # a package travels whole
+    return {
+        "module": module.__name__,
+        "source": str(source),
+        "sha256": source_hash(source_files(source), source.parent),
+        "file": str(file),
+    }

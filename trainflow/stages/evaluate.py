@@ -62,16 +62,24 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
     where = str(paths.split_file("test"))
     labels = exported.pre.labels(test, where)
     metrics, outputs = score(exported, test, where, params.evaluate.batch_size)
-    # One folder of test plots, replaced whole: a regression run leaves no stale confusion matrix behind.
+    # One folder of test plots, replaced whole, holding the same files for both tasks (so `dvc plots show` always
+    # finds them): predictions.csv, every test row's actual and predicted value; confusion.csv, what DVC draws as a
+    # confusion matrix (classes, the 19 most frequent and "other" beyond 20; for regression, deciles of the actual
+    # values); predictions.png, the confusion matrix or the predicted-vs-actual scatter.
     with atomic_dir(paths.test_plots) as out:
         if exported.pre.task == "regression":
             plots.write_csv(pd.DataFrame({"actual": labels, "predicted": outputs}), out / "predictions.csv")
-            plots.predicted_vs_actual(labels, outputs, out / "predicted_vs_actual.png")
+            actual_bin, predicted_bin = plots.decile_bins(labels, outputs)
+            plots.write_csv(pd.DataFrame({"actual": actual_bin, "predicted": predicted_bin}), out / "confusion.csv")
+            plots.predicted_vs_actual(labels, outputs, out / "predictions.png")
         else:
             predicted = outputs.argmax(axis=1)
             classes = np.asarray(exported.pre.classes)
-            confusion = pd.DataFrame({"actual": classes[labels], "predicted": classes[predicted]})
-            plots.write_csv(confusion, out / "confusion.csv")
-            plots.confusion_matrix(labels, predicted, list(classes), out / "confusion_matrix.png")
+            rows = pd.DataFrame({"actual": classes[labels], "predicted": classes[predicted]})
+            plots.write_csv(rows, out / "predictions.csv")
+            top_actual, top_predicted, names = plots.top_classes(labels, predicted, list(classes))
+            plots.write_csv(pd.DataFrame({"actual": names[top_actual], "predicted": names[top_predicted]}),
+                            out / "confusion.csv")  # fmt: skip
+            plots.confusion_matrix(labels, predicted, list(classes), out / "predictions.png")
     write_json(paths.metrics, metrics)
     return metrics

@@ -21,7 +21,7 @@ from trainflow.engine.precision import resolve_device, resolve_precision
 from trainflow.engine.trainer import Trainer
 from trainflow.errors import UserError
 from trainflow.io import atomic_dir, sha256_files, sha256_json, write_json
-from trainflow.models import build_model
+from trainflow.models import build_model, source_files, source_hash, user_source
 from trainflow.params import PipelineParams
 from trainflow.paths import SPLITS, Paths
 from trainflow.predict import CONFIG, WEIGHTS, model_inputs
@@ -61,13 +61,25 @@ def code_hash(package: Path = PACKAGE) -> str:
     return sha256_files([*files, *own])
 
 
-def fingerprint(params: PipelineParams, data: str) -> str:
-    """What a checkpoint must match to be resumed: training params, model, seed, data and training code."""
+def model_code_hash(params: PipelineParams, root: Path) -> str:
+    """The hash of model.code (a user model's source; by default trainflow's models)."""
+    path = root / params.model.code
+    if not path.exists():
+        raise UserError(
+            f"model.code: {params.model.code} does not exist under {root}; set it to the file or package of "
+            f"{params.model.name}"
+        )
+    return source_hash(source_files(path), root)
+
+
+def fingerprint(params: PipelineParams, data: str, root: Path) -> str:
+    """What a checkpoint must match to be resumed: training params, model and its code, seed, data, training code."""
     train = params.train.model_dump(exclude=NOT_IN_FINGERPRINT)
     return sha256_json(
         {
             "seed": params.seed,
             "model": params.model.model_dump(),
+            "model_code": model_code_hash(params, root),
             "features": params.features.model_dump(),
             "train": train,
             "data": data,
@@ -104,7 +116,7 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
         precision=precision,
         objective=Objective(schema.task, target_scale=pre.target_std),
         checkpoint_dir=paths.checkpoints,
-        fingerprint=fingerprint(params, dhash),
+        fingerprint=fingerprint(params, dhash, paths.root),
         logger=logger,
     )
     try:
@@ -114,7 +126,7 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
         run.finish("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
         raise
     logger.close()
-    summary = {
+    summary: dict[str, Any] = {
         "epochs": state.epoch,
         "updates": state.updates,
         "skipped_updates": state.updates - state.applied,
@@ -127,6 +139,8 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
         "data_sha256": dhash,
         "resumed_from_update": trainer.resumed_from,
     }
+    if (source := user_source(model)) is not None:  # a user model: evaluate and predict check its code is the same
+        summary["model_source"] = {"module": source["module"], "sha256": source["sha256"]}
     export(model, config, pre, schema, summary, paths.final)
     history = history_frame(state.history)
     plots.write_csv(history, paths.plots / "history.csv")

@@ -1,0 +1,91 @@
+"""The command line: -S writes only what it sets and is not kept when the command fails on it; a `trainflow run`
+with nothing to do answers without starting Prefect; the help says what -S does and what comes out."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from trainflow import cli
+from trainflow.params import write_overrides
+from trainflow.paths import Paths
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def params_file(tmp_path: Path) -> Path:
+    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
+    return tmp_path / "params.yaml"
+
+
+def test_overrides_change_only_their_lines(params_file: Path) -> None:
+    before = params_file.read_text().splitlines()
+    write_overrides(params_file, ["train.lr=0.001", "split.key=[id, day]", "train.max_steps=null"])
+    after = params_file.read_text().splitlines()
+    changed = [(a, b) for a, b in zip(before, after) if a != b]
+    assert len(before) == len(after) and len(changed) == 2  # max_steps was null already: untouched
+    assert changed[0][1].startswith("  key: [id, day]") and "#" in changed[0][1]  # flow style, comment kept
+    assert changed[1][1].strip() == "lr: 0.001"  # and every null set nowhere stays written as null
+
+
+def test_a_command_that_fails_on_its_overrides_leaves_params_yaml_as_it_was(
+    params_file: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(params_file.parent)
+    before = params_file.read_bytes()
+    assert cli.main(["stage", "ingest", "-S", "data.source=data/raw/nope.csv"]) == 2
+    err = capsys.readouterr().err
+    assert "data/raw/nope.csv" in err and "put back as it was before -S" in err
+    assert params_file.read_bytes() == before
+
+
+def test_run_with_nothing_to_do_does_not_start_prefect(
+    params_file: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """DVC says nothing changed: the summary comes at once. The flow module is replaced by one that fails if used,
+    and DVC's answer is set by the test."""
+    from tasks import dvc
+
+    flow = types.ModuleType("flows.training_pipeline")
+
+    def no_flow(**_: object) -> None:
+        raise AssertionError("the Prefect flow started")
+
+    flow.training_pipeline = no_flow  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "flows.training_pipeline", flow)
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.setenv("PREFECT_HOME", str(params_file.parent / "prefect"))
+    monkeypatch.setattr(dvc, "changed_stages", lambda root: [])
+    monkeypatch.setattr(dvc, "default_remote", lambda root: None)
+    monkeypatch.chdir(params_file.parent)
+    run = cli.build_parser().parse_args(["run"])
+    assert cli.main(["run"]) == 0
+    assert "stages run: none (everything up to date)" in capsys.readouterr().out
+    # Something changed: the flow runs.
+    monkeypatch.setattr(dvc, "changed_stages", lambda root: ["train"])
+    with pytest.raises(AssertionError, match="the Prefect flow started"):
+        cli._run(run, Paths(params_file.parent))
+    # On a Prefect server (here, from the active profile) the flow runs even with nothing to do: it is recorded.
+    monkeypatch.setattr(dvc, "changed_stages", lambda root: [])
+    home = params_file.parent / "prefect"
+    home.mkdir()
+    (home / "profiles.toml").write_text(
+        'active = "team"\n[profiles.team]\nPREFECT_API_URL = "http://prefect:4200/api"\n'
+    )
+    assert cli.prefect_api_url() == "http://prefect:4200/api"
+    with pytest.raises(AssertionError, match="the Prefect flow started"):
+        cli._run(run, Paths(params_file.parent))
+
+
+@pytest.mark.parametrize("command", ["run", "stage"])
+def test_help_says_what_s_does_and_what_comes_out(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "written into params.yaml" in text and "params.yaml is put back as it was" in text
+    assert "models/final/" in text and "reports/metrics.json" in text
