@@ -119,15 +119,19 @@ def sha256_json(obj: Any) -> str:
 
 
 FAILPOINT = os.environ.get("TRAINFLOW_FAILPOINT", "")  # read once: failpoint() runs on every update
+FAILPOINT_RANK = os.environ.get("TRAINFLOW_FAILPOINT_RANK", "")
 
 
 def failpoint(name: str) -> None:
-    """Fault injection for the crash tests: TRAINFLOW_FAILPOINT=<name>:<n> SIGKILLs this process on the n-th hit.
+    """Fault injection for the crash tests: TRAINFLOW_FAILPOINT=<name>:<n> SIGKILLs this process on the n-th hit
+    (with TRAINFLOW_FAILPOINT_RANK=<r>, only rank r of a distributed run).
 
     Points: `update` (after each training update), `checkpoint_write` (in the middle of a checkpoint), `rename-<name>`
     (an atomic write's temp file or directory is complete, not yet renamed into place)."""
     spec = FAILPOINT
     if not spec or not spec.startswith(name + ":"):
+        return
+    if FAILPOINT_RANK and os.environ.get("RANK", "0") != FAILPOINT_RANK:  # distributed: only that rank
         return
     _hits[name] = _hits.get(name, 0) + 1
     if _hits[name] == int(spec.rsplit(":", 1)[1]):

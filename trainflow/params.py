@@ -283,6 +283,20 @@ class TrainParams(Section):
     )
     compile: bool = Field(False, description="torch.compile the model for training (the uncompiled model is saved).")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Where to train; auto = cuda if available.")
+    world_size: int | Literal["auto"] = Field(
+        1,
+        description="Training processes (ranks). With more than 1, the train stage starts them itself on this machine "
+        "(torch's elastic launcher); under torchrun (multi-node) WORLD_SIZE wins. auto = the visible GPUs, or 1 on "
+        "CPU. batch_size is per process: an update's global batch is batch_size * accumulate * world_size.",
+    )
+    strategy: Literal["ddp", "fsdp"] = Field(
+        "ddp",
+        description="With several ranks: ddp (a full model copy per rank) or fsdp (FSDP2 fully_shard: parameters, "
+        "gradients and optimizer state sharded across ranks; fp32 or bf16).",
+    )
+    backend: Literal["auto", "nccl", "gloo"] = Field(
+        "auto", description="torch.distributed backend with several ranks; auto = nccl on CUDA, gloo on CPU."
+    )
     deterministic: bool = Field(
         False, description="Deterministic kernels only (torch.use_deterministic_algorithms, cuDNN, cuBLAS workspace)."
     )
@@ -299,6 +313,13 @@ class TrainParams(Section):
         False, description="Debug: autograd anomaly detection names the op that produced a NaN (slow)."
     )
     progress: bool = Field(True, description="Show a progress bar on stderr.")
+
+    @field_validator("world_size")
+    @classmethod
+    def _positive_world(cls, v: int | str) -> int | str:
+        if isinstance(v, int) and v < 1:
+            raise ValueError(f"must be at least 1 (or auto), got {v}")
+        return v
 
     @model_validator(mode="after")
     def _floor_below_peak(self) -> TrainParams:

@@ -12,6 +12,7 @@ from torch import nn
 
 from trainflow.engine.checkpoint import flatten_optimizer
 from trainflow.engine.data import IGNORE_INDEX, TensorData, TextData, epoch_order
+from trainflow.engine.distributed import Group
 from trainflow.engine.objective import Objective
 from trainflow.engine.precision import Precision
 from trainflow.engine.schedule import lr_at
@@ -38,7 +39,12 @@ def table(n: int = 203, features: int = 6, classes: int = 3, seed: int = 0) -> T
 
 
 def make_trainer(
-    tmp: Path, model: nn.Module, task: str = "classification", precision: str = "fp32", **kw: Any
+    tmp: Path,
+    model: nn.Module,
+    task: str = "classification",
+    precision: str = "fp32",
+    group: Group | None = None,
+    **kw: Any,
 ) -> Trainer:
     p = TrainParams.model_validate({**BASE, **kw})
     return Trainer(
@@ -50,6 +56,7 @@ def make_trainer(
         objective=Objective(task),  # type: ignore[arg-type]
         checkpoint_dir=tmp,
         fingerprint="test",
+        group=group,
     )
 
 

@@ -27,11 +27,11 @@ def test_overflows_are_skipped_and_the_scale_backs_off_and_grows_once_per_update
     seen: list[dict[str, Any]] = []
     step = t.train_step
 
-    def recorded(micro: list[Any]) -> None:
+    def recorded(micro: list[Any], count: int) -> None:
         before = training_state(t)
         scale = t.scaler.get_scale() if seen else 2.0**24  # the scale tensor is created on the first step
         lr_index = before["applied"].item()
-        step(micro)
+        step(micro, count)
         after = training_state(t)
         seen.append(
             {

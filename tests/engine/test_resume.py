@@ -47,10 +47,10 @@ def run(tmp: Path, precision: str, stop_after: int | None = None, **overrides: A
     if stop_after is not None:
         step = t.train_step
 
-        def crash(micro: list[Any]) -> None:
+        def crash(micro: list[Any], count: int) -> None:
             if t.state.updates == stop_after:
                 raise Interrupted
-            step(micro)
+            step(micro, count)
 
         t.train_step = crash  # type: ignore[method-assign]
     data = table(n=203)

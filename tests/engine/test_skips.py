@@ -33,9 +33,9 @@ def run_recording(tmp: Path, optimizer: str, on_device: bool) -> tuple[Trainer, 
     steps: list[dict[str, Any]] = []
     step = t.train_step
 
-    def recorded(micro: list[Any]) -> None:
+    def recorded(micro: list[Any], count: int) -> None:
         before = training_state(t)
-        step(micro)
+        step(micro, count)
         steps.append({"before": before, "after": training_state(t)})
 
     t.train_step = recorded  # type: ignore[method-assign]

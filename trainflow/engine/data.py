@@ -39,6 +39,7 @@ class Dataset(Protocol):
 
     def __len__(self) -> int: ...
     def batch(self, idx: torch.Tensor) -> Batch: ...
+    def count(self, idx: torch.Tensor) -> int: ...  # loss terms of these samples, read on the host
     def subset(self, idx: torch.Tensor) -> Dataset: ...
 
 
@@ -66,6 +67,9 @@ class TensorData:
 
     def batch(self, idx: torch.Tensor) -> Batch:
         return Batch({"x": self.x[idx]}, self.y[idx], count=len(idx))
+
+    def count(self, idx: torch.Tensor) -> int:
+        return len(idx)
 
     def to(self, device: torch.device) -> None:
         self.device = self.index_device = device
@@ -136,7 +140,7 @@ class TextData:
 
     def _pad(self, flat: torch.Tensor, idx: torch.Tensor, fill: int) -> tuple[torch.Tensor, torch.Tensor]:
         lengths = self.lengths[idx]
-        width = int(lengths.max())
+        width = int(lengths.max()) if len(idx) else 1  # an empty micro-batch (a rank with no samples left) too
         pos = torch.arange(width)
         mask = pos[None, :] < lengths[:, None]
         src = (self.offsets[idx][:, None] + pos[None, :]).clamp_(max=len(flat) - 1)
@@ -157,6 +161,9 @@ class TextData:
             count=count,
             tokens=n_tokens,
         )
+
+    def count(self, idx: torch.Tensor) -> int:
+        return int(self.label_counts[idx.cpu()].sum()) if self.per_token else len(idx)
 
     def to(self, device: torch.device) -> None:
         self.device = device  # where batches go; the sequences stay on the host for padding

@@ -38,6 +38,7 @@ from trainflow.engine.checkpoint import (
     unflatten_optimizer,
 )
 from trainflow.engine.data import Batch, Dataset, epoch_order
+from trainflow.engine.distributed import Group
 from trainflow.engine.objective import Objective
 from trainflow.engine.precision import Precision, configure_backends
 from trainflow.engine.schedule import Plateau, lr_table
@@ -73,7 +74,7 @@ class TrainState:
     """Host-side progress; all of it goes into meta.json of each checkpoint."""
 
     epoch: int = 0  # epochs completed
-    position: int = 0  # windows done in the current epoch: the data position, in index space
+    position: int = 0  # samples of the current epoch's order done: the data position, in index space (any world size)
     updates: int = 0  # windows stepped through (applied + skipped): the loop's clock
     applied: int = 0  # optimizer updates applied (the schedule's clock; read from the device at sync points)
     consecutive_nonfinite: int = 0  # skipped updates in a row, as of the last read
@@ -98,9 +99,10 @@ class TrainState:
 
 @dataclass(frozen=True)
 class Plan:
-    window: int  # samples per update
-    per_epoch: int  # updates per epoch
-    total: int  # updates in the whole run
+    window: int  # samples per update: batch_size * accumulate * world_size
+    per_epoch: int  # updates per (whole) epoch
+    total: int  # updates in the whole run: the length of the schedule
+    epoch_samples: int = 0  # samples an epoch trains on (all of them, or limit_batches windows)
 
 
 def build_optimizer(model: nn.Module, p: TrainParams, lr: torch.Tensor) -> torch.optim.Optimizer:
@@ -165,8 +167,18 @@ class Trainer:
         logger: Logger | None = None,
         flops_per_batch: Callable[[Batch], float] | None = None,
         peak_flops: float | None = None,
+        group: Group | None = None,
     ) -> None:
         configure_backends(params, device)
+        self.group = group = group or Group()
+        if group.sharded and (precision.uses_scaler or params.optimizer == "sgd"):
+            raise ParamsError(
+                "params.yaml",
+                [
+                    ("train.strategy", "fsdp trains with adamw in fp32 or bf16; for fp16 (a GradScaler over shards) "
+                     "or sgd (torch has no sharded fused SGD with a tensor learning rate) use strategy ddp")
+                ],
+            )  # fmt: skip
         self.p = params
         self.seed = seed
         self.device = device
@@ -178,8 +190,9 @@ class Trainer:
         self.flops_per_batch = flops_per_batch or flops.flops_per_batch(model)
         self.peak_flops = peak_flops or flops.peak_flops(device, precision.dtype)
         self.store = CheckpointStore(checkpoint_dir, params.keep_last)
-        self.model = model.to(device)  # what gets saved: never the compiled wrapper
-        self.forward: Callable[..., torch.Tensor] = torch.compile(self.model) if params.compile else self.model
+        self.model = model.to(device)  # what gets saved: never the compiled wrapper (FSDP: sharded in place)
+        self.wrapped = group.wrap(self.model, device)  # DDP around the model, or the model itself
+        self.forward: Callable[..., torch.Tensor] = torch.compile(self.wrapped) if params.compile else self.wrapped
         self.params = [q for q in self.model.parameters() if q.requires_grad]
         self.lr = torch.tensor(params.lr, device=device)
         self.optimizer = build_optimizer(self.model, params, self.lr)
@@ -211,19 +224,23 @@ class Trainer:
         self._flops = 0.0
         self._logged_at = 0
         self._best_weights: tuple[int, dict[str, torch.Tensor]] | None = None
+        self.final_weights: dict[str, torch.Tensor] | None = None  # after fit(), on rank 0: what to export
         self.resumed_from: int | None = None  # the update a resumed run continued from; None for a fresh start
 
     # --- the training step --------------------------------------------------------------------------------------
 
-    def train_step(self, micro_batches: list[Batch]) -> None:
+    def train_step(self, micro_batches: list[Batch], count: int | None = None) -> None:
         """One optimizer update over one window of micro-batches. On an accelerator nothing here waits for it.
 
         Per micro-batch: forward under autocast, backward of its summed loss times scale / count (count = the loss
-        terms of the whole window). Then: unscale (fp16), clip, and apply the update if the gradient norm is finite,
-        else skip it: weights, optimizer state and the schedule stay as they were. Last, fp16's scale adapts.
+        terms of the whole window: of every rank's micro-batches, when there are several ranks; gradients are summed
+        across ranks on the last micro-batch). Then: unscale (fp16), clip, and apply the update if the gradient norm
+        is finite, else skip it: weights, optimizer state and the schedule stay as they were. Last, fp16's scale
+        adapts.
         """
         self.optimizer.zero_grad(set_to_none=True)
-        count = sum(b.count for b in micro_batches)  # loss terms in the window; a partial window has fewer
+        if count is None:
+            count = sum(b.count for b in micro_batches)  # loss terms in the window; a partial window has fewer
         # Seeding backward with 1/count divides the window's summed loss once: every term weighs exactly 1/count.
         seed = self._seeds.get(count)
         if seed is None:
@@ -231,11 +248,13 @@ class Trainer:
         if self.scaler.is_enabled():
             seed = self.scaler.scale(seed)
         window_loss = self._window_loss.zero_()
-        for batch in micro_batches:
-            with self.precision.autocast():
-                out = self.forward(**batch.inputs)
-            loss_sum = self.objective.loss_sum(out, batch.target)
-            loss_sum.backward(seed)
+        last = len(micro_batches) - 1
+        for i, batch in enumerate(micro_batches):
+            with self.group.gradient_sync(self.wrapped, i == last):
+                with self.precision.autocast():
+                    out = self.forward(**batch.inputs)
+                loss_sum = self.objective.loss_sum(out, batch.target)
+                loss_sum.backward(seed)
             window_loss += loss_sum.detach()
         if self.scaler.is_enabled():
             self.scaler.unscale_(self.optimizer)  # clip the true gradients, not scaled ones
@@ -284,11 +303,14 @@ class Trainer:
 
     def _clip_gradients(self) -> torch.Tensor:
         """Global L2 norm of the gradients (returned), clipped to max_grad_norm. Two foreach calls, no host sync."""
-        grads = [q.grad for q in self.params if q.grad is not None]
+        grads = [self.group.local(q.grad) for q in self.params if q.grad is not None]
         if not grads:
             return self._zero
         # torch's clip_grad_norm_ loops over parameters in Python on CPU; the foreach ops are one call each.
-        total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2, dtype=torch.float32)))
+        norms = torch.stack(torch._foreach_norm(grads, 2, dtype=torch.float32))
+        # FSDP: each rank holds a shard of every gradient, so the global norm sums the shards' squares.
+        sharded = self.group.sharded
+        total = self.group.sum_(norms.square().sum()).sqrt() if sharded else torch.linalg.vector_norm(norms)
         if self.p.max_grad_norm is not None:
             torch._foreach_mul_(grads, (self.p.max_grad_norm / (total + 1e-6)).clamp_(max=1.0))
         return total
@@ -301,27 +323,37 @@ class Trainer:
         if p.overfit_batches:
             keep = epoch_order(len(train), self.seed, 0)[: p.overfit_batches * p.batch_size * p.accumulate]
             train = train.subset(keep)
-        window = p.batch_size * p.accumulate
-        per_epoch = math.ceil(len(train) / window)
-        if p.limit_batches:
-            per_epoch = min(per_epoch, p.limit_batches)
-        total = per_epoch * p.epochs if p.max_steps is None else min(per_epoch * p.epochs, p.max_steps)
-        self.plan = Plan(window, per_epoch, total)
+        window = p.batch_size * p.accumulate * self.group.world_size
+        epoch_samples = len(train) if not p.limit_batches else min(len(train), p.limit_batches * window)
+        per_epoch = math.ceil(epoch_samples / window)
+        s = self.state
+        # Updates left from the data position (a fresh run: all of them). A run resumed under another world size
+        # continues from the same sample with windows of the new size, so the schedule is planned for what is left.
+        left = math.ceil((epoch_samples - s.position) / window) + per_epoch * (p.epochs - s.epoch - 1)
+        total = s.updates + left
+        if p.max_steps is not None:
+            total = min(total, p.max_steps)
+        self.plan = Plan(window, per_epoch, total, epoch_samples)
+        self._build_table()
+        return train
+
+    def _build_table(self) -> None:
+        p, total = self.p, self.plan.total
         warmup = round(p.warmup_fraction * total)
         self._base_table = lr_table(p.schedule, total, warmup, p.lr, p.min_lr, self.device)
-        if p.schedule == "plateau":
+        if p.schedule == "plateau" and self.plateau is None:
             self.plateau = Plateau(p.plateau_factor, p.plateau_patience, floor_scale=p.min_lr / p.lr)
         self._set_table()
-        return train
 
     def fit(self, train: Dataset, val: Dataset) -> TrainState:
         p = self.p
         train = self.prepare(train)
         if p.overfit_batches:
             val = train  # memorising a few windows: validate on exactly those
-        total = self.plan.total
         self._resume()
-        self._set_table()
+        if self.resumed_from is not None:
+            self.prepare(train)  # the updates left from where the checkpoint is
+        total = self.plan.total
         s = self.state
         from tqdm.auto import tqdm
 
@@ -330,7 +362,7 @@ class Trainer:
             initial=s.updates,
             unit="upd",
             desc="train",
-            disable=not p.progress,
+            disable=not (p.progress and self.group.is_main),
             file=sys.stderr,
             dynamic_ncols=True,
         )
@@ -349,7 +381,8 @@ class Trainer:
         finally:
             bar.close()
             self.store.wait()  # the last checkpoint is on disk before fit() returns or raises
-        if s.stopped_early:
+        self.group.barrier()
+        if s.stopped_early and self.group.is_main:
             print(
                 f"train: stopped early at update {s.updates} (epoch {s.epoch}): {p.monitor} did not improve by more "
                 f"than {p.min_delta:g} in {p.patience} evaluations; best {s.best_metric:.4g} at update {s.best_update}",
@@ -365,19 +398,23 @@ class Trainer:
         order = (orders(self.seed, s.epoch) if orders else epoch_order(len(train), self.seed, s.epoch)).to(
             train.index_device
         )
-        for w in range(s.position, plan.per_epoch):
-            idx = order[w * plan.window : (w + 1) * plan.window]
-            micro = [train.batch(idx)] if p.accumulate == 1 else [train.batch(i) for i in idx.split(p.batch_size)]
-            self.train_step(micro)
+        group = self.group
+        while s.position < plan.epoch_samples:
+            idx = order[s.position : min(s.position + plan.window, plan.epoch_samples)]
+            mine = list(group.shard(idx).split(p.batch_size))
+            if group.distributed:  # every rank runs `accumulate` micro-batches (some empty): collectives line up
+                mine += [idx[:0]] * (p.accumulate - len(mine))
+            micro = [train.batch(i) for i in mine]
+            self.train_step(micro, train.count(idx))  # the loss terms of the whole window, every rank's
             s.updates += 1
-            s.position = w + 1
+            s.position += len(idx)
             s.samples += len(idx)
             s.tokens += sum(b.tokens for b in micro)
             if self.peak_flops and self.flops_per_batch is not None:
                 self._flops += sum(self.flops_per_batch(b) for b in micro)
             bar.update(1)
             failpoint("update")
-            epoch_end = s.position == plan.per_epoch
+            epoch_end = s.position == plan.epoch_samples
             if epoch_end:
                 s.epoch, s.position = s.epoch + 1, 0
             if s.updates % p.log_every == 0:
@@ -390,7 +427,8 @@ class Trainer:
                 return
 
     def _done(self) -> bool:
-        return self.state.stopped_early or self.state.updates >= self.plan.total
+        s = self.state
+        return s.stopped_early or s.epoch >= self.p.epochs or s.updates >= self.plan.total
 
     def _set_table(self) -> None:
         scale = self.plateau.scale if self.plateau else 1.0
@@ -402,6 +440,7 @@ class Trainer:
     def _sync(self) -> dict[str, float]:
         """Read every device counter in one transfer, and stop if too many updates in a row were non-finite."""
         s = self.state
+        self.group.sum_(self.loss_acc)  # each rank summed the loss of its own samples
         if self.decide_on_device:
             counters = [self.loss_acc, self.grad_norm, self.lr, self.dev_applied[0], self.dev_terms]
             counters += [self.dev_consecutive, self.dev_worst]
@@ -455,19 +494,27 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self, data: Dataset, batch_size: int = 1024) -> dict[str, float]:
-        """Validation metrics (val_loss, val_accuracy or val_rmse/val_r2), summed on the device, read once."""
+        """Validation metrics (val_loss, val_accuracy or val_rmse/val_r2), summed on the device, read once.
+
+        The val set is cut into batches of `batch_size`, dealt round-robin to the ranks (no padding: a rank without a
+        batch left runs an empty one, so FSDP's collectives line up). Each batch's sums land in its own row, the rows
+        are summed across ranks (adding zeros is exact) and then in batch order: the same numbers one process gets."""
+        g = self.group
         self.model.eval()
-        sums: list[torch.Tensor | float] = [0.0] * len(self.objective.sum_names)
-        for i, start in enumerate(range(0, len(data), batch_size)):
-            if self.p.limit_batches and i >= self.p.limit_batches:
-                break
-            batch = data.batch(torch.arange(start, min(start + batch_size, len(data)), device=data.index_device))
+        n_batches = math.ceil(len(data) / batch_size)
+        if self.p.limit_batches:
+            n_batches = min(n_batches, self.p.limit_batches)
+        rows = torch.zeros(n_batches, len(self.objective.sum_names), dtype=torch.float64, device=self.device)
+        for b in range(g.rank, math.ceil(n_batches / g.world_size) * g.world_size, g.world_size):
+            start, stop = (b * batch_size, min((b + 1) * batch_size, len(data))) if b < n_batches else (0, 0)
+            batch = data.batch(torch.arange(start, stop, device=data.index_device))
             with self.precision.autocast():
                 out = self.forward(**batch.inputs)
-            for j, v in enumerate(self.objective.eval_sums(out, batch.target, batch.count)):
-                sums[j] = sums[j] + v
+            if b < n_batches:
+                sums = self.objective.eval_sums(out, batch.target, batch.count)
+                rows[b] = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=self.device) for v in sums])
         self.model.train()
-        values = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=self.device) for v in sums]).tolist()
+        values = g.sum_(rows).sum(0).tolist()
         return self.objective.metrics(dict(zip(self.objective.sum_names, values)))
 
     def _evaluate(self, val: Dataset) -> None:
@@ -495,7 +542,7 @@ class Trainer:
             self._set_table()
         record = {
             "update": float(s.updates),
-            "epoch": s.updates / self.plan.per_epoch,
+            "epoch": s.epoch + s.position / max(self.plan.epoch_samples, 1),
             "train_loss": self._mean_loss(dev["loss_total"] - s.loss_at_eval, s.loss_terms - s.terms_at_eval),
             **metrics,
             "lr": dev["lr"],
@@ -514,8 +561,14 @@ class Trainer:
             return
         self._sync()  # never save after too many non-finite updates (and fill in s.applied)
         s.checkpoint_update = s.updates
-        opt_tensors, opt_meta = flatten_optimizer(self.optimizer.state_dict())
-        rng_tensors, rng_meta = capture_rng()
+        # Every rank takes part (FSDP gathers the shards; each rank's RNG is kept); rank 0 alone writes.
+        weights, optimizer = self.group.full_state(self.model, self.optimizer)
+        rngs = self.group.gather(capture_rng())
+        if rngs is None:
+            return
+        assert optimizer is not None
+        opt_tensors, opt_meta = flatten_optimizer(optimizer)
+        (rng_tensors, rng_meta), others = rngs[0], rngs[1:]
         meta = {
             "fingerprint": self.fingerprint,
             "state": asdict(s),
@@ -524,27 +577,37 @@ class Trainer:
             "optimizer": opt_meta,
             "scaler": self.scaler.state_dict(),
             "rng": rng_meta,
+            "rng_ranks": [m for _, m in others],  # ranks 1.. (tensor groups rng_rank1, ...)
+            "position_unit": "samples",
+            "world_size": self.group.world_size,
             "params": self.p.model_dump(),
             "flops": self._flops,
         }
-        tensors = {"model": self.model.state_dict(), "optimizer": opt_tensors, "rng": rng_tensors}
+        tensors = {"model": weights, "optimizer": opt_tensors, "rng": rng_tensors}
+        tensors |= {f"rng_rank{r}": t for r, (t, _) in enumerate(others, start=1)}
         snapshot = self.store.save_async(s.updates, tensors, meta)
         if s.best_update == s.updates:
             self._best_weights = (s.updates, snapshot["model"])  # export these without reading them back
 
     def _resume(self) -> None:
+        """Rank 0 picks the checkpoint to continue from (or none), every rank loads it."""
+        chosen = self._choose_checkpoint() if self.group.is_main else None
+        chosen = self.group.broadcast(chosen)
+        if chosen is not None:
+            self._restore(load_checkpoint(Path(chosen)), Path(chosen))
+
+    def _choose_checkpoint(self) -> str | None:
         p = self.p
         self.store.remove_partial()
         if p.resume == "never":
             if n := self.store.clear():
                 print(f"train: train.resume is never; removed {n} earlier checkpoint(s)", file=sys.stderr)
-            return
+            return None
         if p.resume == "auto":
             path = self.store.latest()
             if path is None:
-                return
-            ckpt = load_checkpoint(path)
-            if ckpt.meta.get("fingerprint") != self.fingerprint:
+                return None
+            if load_checkpoint(path).meta.get("fingerprint") != self.fingerprint:
                 # A changed lr or changed data must retrain, not "resume" a finished run and change nothing.
                 n = self.store.clear()
                 print(
@@ -552,24 +615,23 @@ class Trainer:
                     " starting fresh",
                     file=sys.stderr,
                 )
-                return
+                return None
         else:
             path = Path(p.resume)
             if path.is_dir() and not (path / "meta.json").exists():
                 path = CheckpointStore(path, 1).latest() or path  # a checkpoints folder: its newest checkpoint
             if not path.is_dir():
                 raise ParamsError("params.yaml", [("train.resume", f"checkpoint directory {p.resume} does not exist")])
-            ckpt = load_checkpoint(path)
-            if ckpt.meta.get("fingerprint") != self.fingerprint:
+            if load_checkpoint(path).meta.get("fingerprint") != self.fingerprint:
                 print(
                     f"train: continuing from {path}, written with other params; using the current ones", file=sys.stderr
                 )
-        self._restore(ckpt, path)
+        return str(path)
 
     def _restore(self, ckpt: Checkpoint, path: Path) -> None:
         try:
-            self.model.load_state_dict(ckpt.tensors["model"])
-            self.optimizer.load_state_dict(unflatten_optimizer(ckpt.tensors["optimizer"], ckpt.meta["optimizer"]))
+            optimizer = unflatten_optimizer(ckpt.tensors["optimizer"], ckpt.meta["optimizer"])
+            self.group.load_state(self.model, self.optimizer, ckpt.tensors["model"], optimizer)
             for group in self.optimizer.param_groups:
                 group["lr"] = self.lr  # the device tensor the schedule writes into
             if self.scaler.is_enabled() and ckpt.meta["scaler"]:
@@ -577,9 +639,12 @@ class Trainer:
             self.state = TrainState(**ckpt.meta["state"])
             if "consecutive_nonfinite" in ckpt.meta:  # written by trainflow 0.1.0, before it moved into the state
                 self.state.consecutive_nonfinite = int(ckpt.meta["consecutive_nonfinite"])
+            if ckpt.meta.get("position_unit") != "samples":  # trainflow <= 0.2: windows of one process
+                saved = ckpt.meta["params"]
+                self.state.position *= saved["batch_size"] * saved["accumulate"]
             self.dev_applied.fill_(self.state.applied)
             self.dev_consecutive.fill_(self.state.consecutive_nonfinite)
-            restore_rng(ckpt.tensors["rng"], ckpt.meta["rng"])
+            self._restore_rng(ckpt)
             if self.plateau is not None and ckpt.meta.get("plateau"):
                 self.plateau = Plateau(**ckpt.meta["plateau"])
             self._flops = float(ckpt.meta.get("flops", 0.0))
@@ -595,14 +660,35 @@ class Trainer:
             file=sys.stderr,
         )
 
-    def _load_best(self) -> None:
-        """Leave the model holding the best weights seen (by `monitor`), which is what gets exported."""
-        if self.state.best_update < 0:
-            return
-        best = self.store.path(self.state.best_update)
-        if self._best_weights is not None and self._best_weights[0] == self.state.best_update:
-            self.model.load_state_dict(self._best_weights[1])
-        elif best.is_dir():
-            self.model.load_state_dict(load_checkpoint(best).tensors["model"])
+    def _restore_rng(self, ckpt: Checkpoint) -> None:
+        """Each rank continues its own random streams; a rank the checkpoint did not have (resumed on more processes)
+        starts one from (seed, rank, update)."""
+        rank = self.group.rank
+        if rank == 0:
+            restore_rng(ckpt.tensors["rng"], ckpt.meta["rng"])
+        elif f"rng_rank{rank}" in ckpt.tensors:
+            restore_rng(ckpt.tensors[f"rng_rank{rank}"], ckpt.meta["rng_ranks"][rank - 1])
         else:
-            print(f"train: the best checkpoint {best} is gone; keeping the last weights", file=sys.stderr)
+            torch.manual_seed(self.seed * 1_000_003 + rank * 10_007 + self.state.updates)
+
+    def _load_best(self) -> None:
+        """Set `final_weights` (rank 0) to the best weights seen (by `monitor`), which is what gets exported, or the
+        last ones; one process also leaves its model holding them."""
+        s, main = self.state, self.group.is_main
+        best: dict[str, torch.Tensor] | None = None
+        if main and s.best_update >= 0:
+            path = self.store.path(s.best_update)
+            if self._best_weights is not None and self._best_weights[0] == s.best_update:
+                best = self._best_weights[1]
+            elif path.is_dir():
+                best = load_checkpoint(path).tensors["model"]
+            else:
+                print(f"train: the best checkpoint {path} is gone; keeping the last weights", file=sys.stderr)
+        if self.group.broadcast(best is None):  # every rank takes part in gathering the last weights
+            best = self.group.full_state(self.model, None)[0]
+        if not main:
+            return
+        assert best is not None
+        self.final_weights = best
+        if not self.group.sharded:
+            self.model.load_state_dict(best)

@@ -1,9 +1,16 @@
-"""train: fit preprocessing on train only, build the model, run the engine, export the final model, track in MLflow."""
+"""train: fit preprocessing on train only, build the model, run the engine, export the final model, track in MLflow.
+
+With train.world_size > 1 this process starts the ranks (torch's elastic launcher) and each runs `train()`; under an
+outside torchrun it is one of them. Every rank reads the data and fits the same preprocessing; rank 0 alone talks to
+MLflow, writes plots and exports (the block at the end of `train()`).
+"""
 
 from __future__ import annotations
 
 import math
+import os
 import random
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,14 +18,14 @@ import numpy as np
 import pandas as pd
 import torch
 from safetensors.torch import save_file
-from torch import nn
 
 from trainflow import plots, tracking
 from trainflow.data.preprocess import Preprocessor
 from trainflow.data.schema import Schema
+from trainflow.engine import distributed
 from trainflow.engine.objective import Objective
 from trainflow.engine.precision import resolve_device, resolve_precision
-from trainflow.engine.trainer import Trainer
+from trainflow.engine.trainer import NullLogger, Trainer
 from trainflow.errors import UserError
 from trainflow.io import atomic_dir, sha256_files, sha256_json, write_json
 from trainflow.models import build_model, source_files, source_hash, user_source
@@ -36,6 +43,10 @@ NOT_IN_FINGERPRINT = {
     "keep_last",
     "compile",
     "detect_anomaly",
+    # Resources, not maths: a run resumes on another number of processes from the same data position.
+    "world_size",
+    "strategy",
+    "backend",
 }
 
 
@@ -92,22 +103,52 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
     for s in SPLITS:
         if not paths.split_file(s).is_file():
             raise UserError(f"train: {paths.split_file(s)} is missing; run `trainflow stage split` first")
+    world = distributed.resolve_world_size(params.train.world_size, resolve_device(params.train.device))
+    if world > 1 and not distributed.launched():
+        print(f"[trainflow] train: starting {world} processes ({params.train.strategy})", file=sys.stderr, flush=True)
+        result: dict[str, Any] = distributed.launch(world, _rank, params.model_dump(mode="json"), str(paths.root))
+        return result
+    return train(params, paths, world)
+
+
+def _rank(params: dict[str, Any], root: str) -> dict[str, Any]:
+    """What each launched rank runs (a fresh process: the project root importable, as the parent had it)."""
+    from trainflow.stages import importable
+
+    importable(Path(root))
+    return train(PipelineParams.model_validate(params), Paths(Path(root)), int(os.environ["WORLD_SIZE"]))
+
+
+def train(params: PipelineParams, paths: Paths, world: int = 1) -> dict[str, Any]:
+    device = distributed.device_for(resolve_device(params.train.device))
+    t = params.train
+    group = distributed.init(world, t.strategy, distributed.backend_for(t.backend, device), device)
+    try:
+        return _train(params, paths, device, group)
+    finally:
+        distributed.shutdown(group)
+
+
+def _train(params: PipelineParams, paths: Paths, device: torch.device, group: distributed.Group) -> dict[str, Any]:
     schema = Schema.read(paths.split_schema)
     frames = {s: pd.read_parquet(paths.split_file(s)) for s in ("train", "val")}
     pre = Preprocessor.fit(frames["train"], schema, params.features)
-    device = resolve_device(params.train.device)
     precision = resolve_precision(params.train.precision, device)
     train, val = (model_inputs(pre, f, str(paths.split_file(s)), with_labels=True) for s, f in frames.items())
     for data in (train, val):
         data.to(device)  # tables move to the training device; text batches are padded on the host, then copied
     seed_everything(params.seed)
     config = model_config(params, pre)
-    model = build_model(config)
+    model = build_model(config)  # the same initial weights on every rank
+    source = user_source(model)  # before FSDP swaps the model's class for a sharded one
+    if group.distributed:
+        seed_everything(params.seed * 1_000_003 + group.rank)  # but each rank its own dropout masks
     dhash = data_hash(paths)
 
     run = tracking.TrainingRun(paths.root, params.tracking.experiment, paths.reports / "train_metrics_local.json")
-    run.start(params.model_dump(), tags={"trainflow.data_sha256": dhash, "trainflow.precision": precision.name})
-    logger = run.logger()
+    if group.is_main:
+        run.start(params.model_dump(), tags={"trainflow.data_sha256": dhash, "trainflow.precision": precision.name})
+    logger = run.logger() if group.is_main else NullLogger()
     trainer = Trainer(
         model,
         params.train,
@@ -118,14 +159,20 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
         checkpoint_dir=paths.checkpoints,
         fingerprint=fingerprint(params, dhash, paths.root),
         logger=logger,
+        group=group,
     )
     try:
         state = trainer.fit(train, val)
     except BaseException as exc:
         logger.close()
-        run.finish("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
+        if group.is_main:
+            run.finish("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
         raise
     logger.close()
+    if not group.is_main:
+        return {}
+    # Rank 0 alone, from here: the summary, the export, plots, MLflow.
+    assert trainer.final_weights is not None
     summary: dict[str, Any] = {
         "epochs": state.epoch,
         "updates": state.updates,
@@ -136,12 +183,13 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
         "stopped_early": state.stopped_early,
         "precision": precision.name,
         "device": device.type,
+        "world_size": group.world_size,
         "data_sha256": dhash,
         "resumed_from_update": trainer.resumed_from,
     }
-    if (source := user_source(model)) is not None:  # a user model: evaluate and predict check its code is the same
+    if source is not None:  # a user model: evaluate and predict check its code is the same
         summary["model_source"] = {"module": source["module"], "sha256": source["sha256"]}
-    export(model, config, pre, schema, summary, paths.final)
+    export(trainer.final_weights, config, pre, schema, summary, paths.final)
     history = history_frame(state.history)
     plots.write_csv(history, paths.plots / "history.csv")
     plots.training_curves(history, paths.plots / "training_curves.png")
@@ -194,7 +242,7 @@ def model_config(params: PipelineParams, pre: Preprocessor) -> dict[str, Any]:
 
 
 def export(
-    model: nn.Module,
+    weights: dict[str, torch.Tensor],
     config: dict[str, Any],
     pre: Preprocessor,
     schema: Schema,
@@ -203,7 +251,7 @@ def export(
 ) -> None:
     """models/final: weights as safetensors, model config and preprocessing as JSON. Nothing here is pickled."""
     with atomic_dir(dest) as tmp:
-        save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(tmp / WEIGHTS))
+        save_file({k: v.detach().cpu().contiguous() for k, v in weights.items()}, str(tmp / WEIGHTS))
         write_json(tmp / CONFIG, config)
         pre.save(tmp)
         write_json(tmp / "schema.json", schema.to_json())

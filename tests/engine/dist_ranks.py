@@ -1,0 +1,111 @@
+"""What each rank runs in tests/engine/test_distributed.py (module-level: the launcher starts fresh processes).
+
+Every function takes the scenario's arguments, joins the process group the launcher set up, and returns something
+plain (tensors on the CPU, numbers, lists) from rank 0 — what the other ranks saw is gathered to rank 0 first."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from engine_kit import make_trainer, mlp, table, text_data, text_model
+
+from trainflow.engine import distributed
+from trainflow.engine.data import Dataset
+from trainflow.engine.trainer import Trainer
+
+CPU = torch.device("cpu")
+
+
+def join(strategy: str = "ddp") -> distributed.Group:
+    return distributed.init(int(os.environ["WORLD_SIZE"]), strategy, "gloo", CPU)
+
+
+def data(kind: str) -> tuple[Dataset, Dataset]:
+    if kind == "table":
+        return table(n=203), table(n=203, seed=1)
+    return text_data(n=91), text_data(n=91)
+
+
+def model(kind: str) -> torch.nn.Module:
+    return mlp() if kind == "table" else text_model("token")
+
+
+def exactness(tmp: str, settings: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """ddp and fsdp, table and text: the final weights, and val metrics computed by all ranks of those weights."""
+    out: dict[str, Any] = {}
+    joined = join()  # one process group for every case: a re-initialised group would reuse the launcher's store
+    for strategy in ("ddp", "fsdp"):
+        group = dataclasses.replace(joined, strategy=strategy)
+        for kind in ("table", "text"):
+            train, val = data(kind)
+            t = make_trainer(Path(tmp) / f"{strategy}-{kind}", model(kind), group=group, **settings[kind])
+            t.fit(train, val)
+            final = group.broadcast(t.final_weights)  # evaluate exactly the exported weights, on every rank
+            group.load_state(t.model, None, final, None)
+            metrics = t.evaluate(val, batch_size=16)  # 13 / 6 batches dealt to 2 ranks: uneven, one empty
+            if group.is_main:
+                out[f"{strategy}-{kind}"] = {
+                    "weights": final,
+                    "metrics": metrics,
+                    "history": t.state.history,
+                    "grad_norm": float(t.grad_norm),  # of the last update: of the summed gradients, all ranks'
+                }
+    distributed.shutdown(joined)
+    return out
+
+
+def poisoned_run(tmp: Path, group: distributed.Group | None, accumulate: int) -> Trainer:
+    """A NaN in the inputs of the 4th update, on rank 1 only (on the only rank of one process)."""
+    t = make_trainer(tmp, mlp(), group=group, batch_size=8, accumulate=accumulate, epochs=2)
+    step, poisoned_rank = t.train_step, 1 if t.group.distributed else 0
+
+    def poisoned(micro: list[Any], count: int) -> None:
+        if t.group.rank == poisoned_rank and t.state.updates == 3:
+            micro = [type(b)({"x": b.inputs["x"] * torch.nan}, b.target, b.count) for b in micro]
+        step(micro, count)
+
+    t.train_step = poisoned  # type: ignore[method-assign]
+    t.fit(table(n=203), table(n=203, seed=1))
+    return t
+
+
+def nonfinite_on_rank_1(tmp: str, strategy: str) -> dict[str, Any]:
+    """Every rank's counts and the hash of the weights it holds (its shard, with fsdp); rank 0's final weights."""
+    group = join(strategy)
+    t = poisoned_run(Path(tmp) / strategy, group, accumulate=2)
+    local = hashlib.sha256()
+    for v in t.model.state_dict().values():
+        local.update(group.local(v).detach().contiguous().view(torch.uint8).numpy().tobytes())
+    seen = {"rank": group.rank, "updates": t.state.updates, "applied": t.state.applied, "hash": local.hexdigest()}
+    gathered = group.gather(seen)
+    distributed.shutdown(group)
+    return {"ranks": gathered, "weights": t.final_weights}
+
+
+def samples_seen(tmp: str, settings: dict[str, Any], strategy: str = "ddp") -> list[list[tuple[int, int]]]:
+    """Train (resuming from what `tmp` holds) and return, from every rank, the (epoch, sample) pairs it trained on."""
+    group = join(strategy)
+    seen = run_recording(tmp, settings, group)
+    gathered = group.gather(seen)
+    distributed.shutdown(group)
+    return gathered or []
+
+
+def run_recording(tmp: str, settings: dict[str, Any], group: distributed.Group | None = None) -> list[tuple[int, int]]:
+    t = make_trainer(Path(tmp), mlp(), group=group, **settings)
+    train = table(n=203)
+    seen: list[tuple[int, int]] = []
+    batch = train.batch
+
+    def recording(idx: torch.Tensor) -> Any:
+        seen.extend((t.state.epoch, int(i)) for i in idx)
+        return batch(idx)
+
+    train.batch = recording  # type: ignore[method-assign]
+    t.fit(train, table(n=203, seed=1))
+    return seen

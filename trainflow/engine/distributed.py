@@ -1,0 +1,343 @@
+"""Everything about ranks, in one place: start them, wrap the model, split the data, reduce, gather, write from one.
+
+The engine trains on N processes through PyTorch's own machinery: `elastic_launch` (what torchrun runs) starts the
+ranks, DDP or FSDP2 (`fully_shard`) syncs the gradients. What we add is exactness:
+
+- Each update's global window of `batch_size * accumulate * world_size` samples (the order still a function of
+  (seed, epoch) only) is cut into `world_size` contiguous shards whose sizes differ by at most one sample: no padding,
+  no duplicates, a partial last window included. Every rank runs `accumulate` micro-batches, some possibly empty, so
+  the collectives of FSDP2 (one per forward) and DDP (one per synced backward) line up.
+- Gradients are **summed** across ranks (a DDP comm hook; FSDP2's divide factor of 1), and each rank seeds its backward
+  with 1 / (the loss terms of the whole global window): the update is the global window's summed loss divided once,
+  the same as one process with `accumulate * world_size` micro-batches. Only SUM reductions are used (gloo has no
+  PREMUL_SUM/AVG for this).
+- Gradients sync on a window's last micro-batch only (DDP `no_sync`, FSDP2 `set_requires_gradient_sync`).
+
+A `Group` of one process is the default everywhere, and all of this collapses to plain single-process code for it.
+The CUDA/nccl path differs from the CPU/gloo one only in the backend and the device, so the CPU tests cover its logic.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import socket
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainflow.errors import ServiceError, UserError
+
+# A rank that waits this long in a collective has lost a peer: fail, never hang. Long enough for a checkpoint write.
+TIMEOUT = datetime.timedelta(seconds=float(os.environ.get("TRAINFLOW_COLLECTIVE_TIMEOUT", "120")))
+
+
+def launched() -> bool:
+    """Whether this process is a rank started by torchrun / elastic_launch (RANK and WORLD_SIZE set)."""
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def resolve_world_size(requested: int | str, device: torch.device) -> int:
+    """train.world_size: an int, or auto = the visible GPUs (1 on CPU). Under torchrun, WORLD_SIZE wins."""
+    if launched():
+        return int(os.environ["WORLD_SIZE"])
+    if requested == "auto":
+        return max(torch.cuda.device_count(), 1) if device.type == "cuda" else 1
+    return int(requested)
+
+
+def backend_for(requested: str, device: torch.device) -> str:
+    return ("nccl" if device.type == "cuda" else "gloo") if requested == "auto" else requested
+
+
+@dataclass(frozen=True)
+class Group:
+    """This process's place among the ranks of one training run. `Group()` is a single process."""
+
+    rank: int = 0
+    world_size: int = 1
+    strategy: str = "ddp"  # ddp | fsdp
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def sharded(self) -> bool:
+        """FSDP: each rank holds a shard of every parameter, gradient and optimizer state."""
+        return self.distributed and self.strategy == "fsdp"
+
+    # --- model --------------------------------------------------------------------------------------------------
+
+    def wrap(self, model: nn.Module, device: torch.device) -> nn.Module:
+        """The module to run forward/backward through: the model itself, DDP around it, or it, fully sharded.
+
+        DDP sums gradients (a comm hook) instead of averaging them; FSDP2's divide factor of 1 does the same."""
+        if not self.distributed:
+            return model
+        if self.strategy == "fsdp":
+            from torch.distributed.fsdp import FSDPModule, fully_shard
+
+            for unit in _shard_units(model):  # params gathered one unit at a time
+                fully_shard(unit)
+            fully_shard(model)
+            for module in model.modules():  # each unit reduces its own gradients: every one must SUM
+                if isinstance(module, FSDPModule):
+                    module.set_gradient_divide_factor(1.0)
+                    module.set_force_sum_reduction_for_comms(True)
+            return model
+        from torch.nn.parallel import DistributedDataParallel
+
+        ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        ddp.register_comm_hook(None, _sum_hook)
+        return ddp
+
+    @contextlib.contextmanager
+    def gradient_sync(self, wrapped: nn.Module, enabled: bool) -> Iterator[None]:
+        """Sync gradients in this backward (a window's last micro-batch) or only accumulate them locally."""
+        if not self.distributed or enabled:
+            yield
+        elif self.sharded:
+            wrapped.set_requires_gradient_sync(False)  # type: ignore[operator]
+            try:
+                yield
+            finally:
+                wrapped.set_requires_gradient_sync(True)  # type: ignore[operator]
+        else:
+            with wrapped.no_sync():  # type: ignore[operator]
+                yield
+
+    # --- data ---------------------------------------------------------------------------------------------------
+
+    def shard(self, idx: torch.Tensor) -> torch.Tensor:
+        """This rank's contiguous part of a global window: sizes differ by at most one, nothing padded or repeated."""
+        if not self.distributed:
+            return idx
+        n = len(idx)
+        return idx[n * self.rank // self.world_size : n * (self.rank + 1) // self.world_size]
+
+    # --- reductions ---------------------------------------------------------------------------------------------
+
+    def sum_(self, tensor: torch.Tensor) -> torch.Tensor:
+        """In place: the sum of `tensor` over all ranks (on the device; no host sync)."""
+        if self.distributed:
+            import torch.distributed as dist
+
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        return tensor
+
+    def barrier(self) -> None:
+        if self.distributed:
+            import torch.distributed as dist
+
+            dist.barrier()
+
+    def broadcast(self, obj: Any) -> Any:
+        """Rank 0's `obj` on every rank (small host objects: a path, a decision)."""
+        if not self.distributed:
+            return obj
+        import torch.distributed as dist
+
+        box = [obj]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def gather(self, obj: Any) -> list[Any] | None:
+        """Every rank's `obj`, in rank order, on rank 0 (None elsewhere)."""
+        if not self.distributed:
+            return [obj]
+        import torch.distributed as dist
+
+        out: list[Any] | None = [None] * self.world_size if self.is_main else None
+        dist.gather_object(obj, out, dst=0)
+        return out
+
+    # --- state ----------------------------------------------------------------------------------------------------
+
+    def full_state(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer | None
+    ) -> tuple[dict[str, torch.Tensor], dict[str, Any] | None]:
+        """The whole (unsharded) model state dict and the optimizer's (torch's format: integer parameter ids), as a
+        single process would have them. FSDP: gathered to rank 0, every rank must call this (others get empties)."""
+        if not self.sharded:
+            return dict(model.state_dict()), optimizer.state_dict() if optimizer is not None else None
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+            get_optimizer_state_dict,
+        )
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        weights: dict[str, torch.Tensor] = get_model_state_dict(model, options=options)  # type: ignore[assignment]
+        if optimizer is None:
+            return weights, None
+        by_name = get_optimizer_state_dict(model, optimizer, options=options)
+        return weights, (_names_to_ids(by_name) if self.is_main else None)
+
+    def load_state(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer | None, weights: dict[str, torch.Tensor],
+        optim: dict[str, Any] | None,
+    ) -> None:  # fmt: skip
+        """Load a whole state (as `full_state` returns it, read by every rank) into this rank's model and optimizer."""
+        if not self.sharded:
+            model.load_state_dict(weights)
+            if optimizer is not None and optim is not None:
+                optimizer.load_state_dict(optim)
+            return
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
+
+        options = StateDictOptions(full_state_dict=True)
+        set_model_state_dict(model, dict(weights), options=options)  # type: ignore[arg-type]  # it shards in place
+        if optimizer is not None and optim is not None:
+            set_optimizer_state_dict(model, optimizer, _ids_to_names(optim, model, optimizer), options=options)
+
+    def local(self, tensor: torch.Tensor) -> torch.Tensor:
+        """This rank's shard of a (possibly sharded) tensor."""
+        return tensor.to_local() if hasattr(tensor, "to_local") else tensor  # type: ignore[no-any-return]
+
+
+def _shard_units(model: nn.Module) -> Iterator[nn.Module]:
+    """The model's direct children with parameters, each its own FSDP unit; containers without a forward
+    (ModuleList, ModuleDict: a transformer's layers) contribute their items instead."""
+    for child in model.children():
+        if isinstance(child, nn.ModuleList | nn.ModuleDict):
+            yield from _shard_units(child)
+        elif any(p.requires_grad for p in child.parameters()):
+            yield child
+
+
+def _sum_hook(state, bucket):  # type: ignore[no-untyped-def]  # DDP rejects annotations it cannot evaluate
+    """DDP comm hook: all-reduce each gradient bucket with SUM (DDP's default divides by the world size)."""
+    import torch.distributed as dist
+
+    work = dist.all_reduce(bucket.buffer(), op=dist.ReduceOp.SUM, async_op=True)
+    assert work is not None
+    return work.get_future().then(lambda fut: fut.value()[0])
+
+
+def _param_names(model: nn.Module, optimizer: torch.optim.Optimizer) -> list[str]:
+    """The optimizer's parameters by name, in its own order (the order its state dict numbers them)."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    return [names[id(p)] for g in optimizer.param_groups for p in g["params"]]
+
+
+def _names_to_ids(state: dict[str, Any]) -> dict[str, Any]:
+    """torch.distributed's optimizer state dict (keyed by parameter name) in torch's own format (integer ids)."""
+    order = [name for g in state["param_groups"] for name in g["params"]]
+    ids = {name: i for i, name in enumerate(order)}
+    groups = [{**g, "params": [ids[n] for n in g["params"]]} for g in state["param_groups"]]
+    return {"state": {ids[n]: s for n, s in state["state"].items()}, "param_groups": groups}
+
+
+def _ids_to_names(state: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    names = _param_names(model, optimizer)
+    groups = [{**g, "params": [names[i] for i in g["params"]]} for g in state["param_groups"]]
+    return {"state": {names[int(i)]: s for i, s in state["state"].items()}, "param_groups": groups}
+
+
+# --- processes ------------------------------------------------------------------------------------------------------
+
+
+def init(world_size: int, strategy: str, backend: str, device: torch.device) -> Group:
+    """Join the process group torchrun / elastic_launch set up (RANK, WORLD_SIZE, MASTER_ADDR in the environment), or
+    return a single-process group."""
+    if not launched() or world_size == 1:
+        return Group(strategy=strategy)
+    import torch.distributed as dist
+
+    rank = int(os.environ["RANK"])
+    if device.type == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    if not dist.is_initialized():
+        dist.init_process_group(backend, timeout=TIMEOUT)
+    return Group(rank=rank, world_size=dist.get_world_size(), strategy=strategy)
+
+
+def shutdown(group: Group) -> None:
+    if group.distributed:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def device_for(requested: torch.device) -> torch.device:
+    """The device of this rank: cuda:LOCAL_RANK when launched on GPUs."""
+    if requested.type == "cuda" and launched():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return requested
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RankFailed(ServiceError):
+    """A rank of a distributed run died (killed, crashed); the others were stopped. Exit code 1, like a service
+    failure: rerunning resumes from the last checkpoint, so Prefect's retries apply."""
+
+
+def launch(world_size: int, entrypoint: Callable[..., Any], *args: Any) -> Any:
+    """Run `entrypoint(*args)` on `world_size` local processes with torch's elastic launcher (c10d rendezvous on
+    127.0.0.1, a free port) and return rank 0's result. One rank failing stops the others within seconds; its error
+    is raised here (a UserError of a rank keeps its exit code 2)."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    config = LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=world_size,
+        run_id=f"trainflow-{os.getpid()}",
+        rdzv_backend="c10d",
+        rdzv_endpoint=f"127.0.0.1:{free_port()}",
+        max_restarts=0,
+        monitor_interval=0.5,
+        start_method="spawn",
+    )
+    os.environ.setdefault("OMP_NUM_THREADS", str(max((os.cpu_count() or 1) // world_size, 1)))
+    try:
+        results = elastic_launch(config, _entry)(entrypoint, *args)
+    except ChildFailedError as exc:
+        rank, failure = exc.get_first_failure()
+        raise _rank_error(rank, failure) from None
+    return results[0]
+
+
+def _entry(fn: Callable[..., Any], *args: Any) -> Any:
+    """What each rank runs: `fn(*args)`, a user's error printed as one process would print it (exit 2)."""
+    try:
+        return fn(*args)
+    except UserError as exc:
+        print(f"rank {os.environ.get('RANK')}: {exc}", file=sys.stderr, flush=True)
+        sys.exit(UserError.exit_code)
+
+
+def _rank_error(rank: int, failure: Any) -> Exception:
+    if failure.exitcode == UserError.exit_code:
+        return UserError(f"rank {rank} of the distributed run failed; its error is printed above (the others stopped)")
+    if failure.exitcode < 0:
+        import signal
+
+        how = f"was killed by {signal.Signals(-failure.exitcode).name}"
+    else:
+        how = f"exited with code {failure.exitcode}"
+    return RankFailed(
+        f"rank {rank} of the distributed run {how}; the other ranks were stopped. Rerun the stage: it resumes from "
+        "the last checkpoint"
+    )
