@@ -243,7 +243,8 @@ def _run(args: argparse.Namespace, paths: Paths) -> int:
             raise UserError("--accept-schema applies to `trainflow stage ingest` only")
         options = {"accept_schema": True} if args.accept_schema else {}
         result = run_stage(args.name, load_params(paths.params), paths, **options)
-        print(json.dumps({args.name: result}, indent=2, default=str))
+        if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 alone speaks
+            print(json.dumps({args.name: result}, indent=2, default=str))
         return 0
     from trainflow.report import summary
 
