@@ -151,8 +151,8 @@ def no_sync_check(args: argparse.Namespace, train: TextData, workdir: Path) -> s
 
 
 def applied(trainer: Trainer) -> int:
-    """Updates applied so far: a device counter on an accelerator, a host one on the CPU."""
-    return int(trainer.dev_applied[0]) if trainer.decide_on_device else trainer.state.applied
+    """Updates applied so far (the device counter both decision paths keep)."""
+    return int(trainer.counters.applied)
 
 
 def forced_skip_check(args: argparse.Namespace, train: TextData, workdir: Path) -> dict[str, Any]:

@@ -97,6 +97,17 @@ class TrainState:
     terms_at_eval: int = 0
 
 
+class Counters:
+    """What the step decides, counted on the training device (both decision paths write the same tensors); the host
+    reads them into TrainState at sync points (`Trainer._sync`), one transfer for all."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.applied = torch.zeros(1, dtype=torch.long, device=device)  # applied updates: the schedule's index
+        self.terms = torch.zeros((), dtype=torch.long, device=device)  # loss terms of applied updates, since read
+        self.consecutive = torch.zeros((), device=device)  # skipped updates in a row
+        self.worst = torch.zeros((), device=device)  # the longest such run since the host last read
+
+
 @dataclass(frozen=True)
 class Plan:
     window: int  # samples per update: batch_size * accumulate * world_size
@@ -201,13 +212,8 @@ class Trainer:
         # Python (there is nothing to wait for). Both give bit-identical results; tests run both on CPU.
         self.decide_on_device = device.type != "cpu"
         self._rates: list[float] = []  # the schedule table as floats, for the host path
-        # The device path's counters. The host path keeps the same counts in `state` (applied, loss_terms,
-        # consecutive_nonfinite) and `_worst`; on the device path `_sync` copies these into `state`.
-        self.dev_applied = torch.zeros(1, dtype=torch.long, device=device)  # applied updates: the schedule's index
-        self.dev_terms = torch.zeros((), dtype=torch.long, device=device)  # loss terms of applied updates, since read
-        self.dev_consecutive = torch.zeros((), device=device)  # skipped updates in a row
-        self.dev_worst = torch.zeros((), device=device)  # longest such run since the host last looked
-        self._worst = 0
+        # The step counters, one set for both decision paths, on the device; `_sync` reads them into `state`.
+        self.counters = Counters(device)
         # Both paths: the train loss of applied updates, summed since the host last read it (float32, then folded
         # into state.loss_sum in float64), and the current window's loss.
         self.loss_acc = torch.zeros((), device=device)
@@ -272,34 +278,35 @@ class Trainer:
         # A non-finite norm <=> some gradient is inf/NaN (a non-finite loss makes them so); x - x is 0 only if finite.
         is_finite = torch.eq(grad_norm - grad_norm, 0)
         skip = torch.logical_not(is_finite, out=self._skip)  # float 0/1, as the fused kernel wants
-        torch.index_select(self._table, 0, self.dev_applied, out=self.lr.view(1))  # the rate of this applied update
+        c = self.counters
+        torch.index_select(self._table, 0, c.applied, out=self.lr.view(1))  # the rate of this applied update
         opt: Any = self.optimizer
         opt.grad_scale, opt.found_inf = None, skip  # found_inf = 1: the fused kernel writes nothing
         self.optimizer.step()
         del opt.grad_scale, opt.found_inf
-        self.dev_applied += is_finite  # the schedule advances only on applied updates
         self.loss_acc += torch.where(is_finite, window_loss, self._zero)  # a skipped window's inf/NaN stays out
-        self.dev_terms.add_(is_finite, alpha=count)
-        torch.addcmul(skip, self.dev_consecutive, skip, out=self.dev_consecutive)  # (run + 1) if skipped, else 0
-        torch.maximum(self.dev_worst, self.dev_consecutive, out=self.dev_worst)
+        c.applied += is_finite  # the schedule advances only on applied updates
+        c.terms.add_(is_finite, alpha=count)
+        torch.addcmul(skip, c.consecutive, skip, out=c.consecutive)  # (run + 1) if skipped, else 0
+        torch.maximum(c.worst, c.consecutive, out=c.worst)
 
     def _step_on_host(self, grad_norm: torch.Tensor, window_loss: torch.Tensor, count: int) -> None:
         """The same decisions on CPU, where the device is the host and reading a value costs a memory load.
 
-        Bit-identical to `_step_on_device` (same rates, same fused kernel, same float32 loss sums); it saves the
-        scalar kernels that only exist to keep an accelerator from waiting.
+        Bit-identical to `_step_on_device` (same rates, same fused kernel, same float32 loss sums, the same counters);
+        it branches in Python instead of computing flags and masked updates that only keep an accelerator from waiting.
         """
-        s = self.state
+        c = self.counters
         if math.isfinite(grad_norm.item()):
-            self.lr.fill_(self._rates[s.applied])
+            self.lr.fill_(self._rates[int(c.applied)])
             self.optimizer.step()
-            s.applied += 1
             self.loss_acc += window_loss
-            s.loss_terms += count
-            s.consecutive_nonfinite = 0
+            c.applied += 1
+            c.terms += count
+            c.consecutive.zero_()
         else:
-            s.consecutive_nonfinite += 1
-            self._worst = max(self._worst, s.consecutive_nonfinite)
+            c.consecutive += 1
+            torch.maximum(c.worst, c.consecutive, out=c.worst)
 
     def _clip_gradients(self) -> torch.Tensor:
         """Global L2 norm of the gradients (returned), clipped to max_grad_norm. Two foreach calls, no host sync."""
@@ -439,21 +446,16 @@ class Trainer:
 
     def _sync(self) -> dict[str, float]:
         """Read every device counter in one transfer, and stop if too many updates in a row were non-finite."""
-        s = self.state
+        s, c = self.state, self.counters
         self.group.sum_(self.loss_acc)  # each rank summed the loss of its own samples
-        if self.decide_on_device:
-            counters = [self.loss_acc, self.grad_norm, self.lr, self.dev_applied[0], self.dev_terms]
-            counters += [self.dev_consecutive, self.dev_worst]
-            loss_acc, grad_norm, lr, applied, terms, consecutive, worst = torch.stack(
-                [t.double() for t in counters]
-            ).tolist()
-            s.applied, s.consecutive_nonfinite = int(applied), int(consecutive)
-            s.loss_terms += int(terms)
-            self.dev_terms.zero_()
-            self.dev_worst.zero_()
-        else:
-            loss_acc, grad_norm, lr = (t.item() for t in (self.loss_acc, self.grad_norm, self.lr))
-            worst, self._worst = self._worst, 0
+        values = [self.loss_acc, self.grad_norm, self.lr, c.applied[0], c.terms, c.consecutive, c.worst]
+        loss_acc, grad_norm, lr, applied, terms, consecutive, worst = torch.stack(
+            [t.double() for t in values]
+        ).tolist()
+        s.applied, s.consecutive_nonfinite = int(applied), int(consecutive)
+        s.loss_terms += int(terms)
+        c.terms.zero_()
+        c.worst.zero_()
         s.loss_sum += loss_acc  # in float64 on the host; the device sums only since the last read
         self.loss_acc.zero_()
         if worst >= self.p.max_nonfinite + (FP16_PROBES if self.scaler.is_enabled() else 0):
@@ -642,8 +644,8 @@ class Trainer:
             if ckpt.meta.get("position_unit") != "samples":  # trainflow <= 0.2: windows of one process
                 saved = ckpt.meta["params"]
                 self.state.position *= saved["batch_size"] * saved["accumulate"]
-            self.dev_applied.fill_(self.state.applied)
-            self.dev_consecutive.fill_(self.state.consecutive_nonfinite)
+            self.counters.applied.fill_(self.state.applied)
+            self.counters.consecutive.fill_(self.state.consecutive_nonfinite)
             self._restore_rng(ckpt)
             if self.plateau is not None and ckpt.meta.get("plateau"):
                 self.plateau = Plateau(**ckpt.meta["plateau"])
