@@ -152,7 +152,7 @@ def no_sync_check(args: argparse.Namespace, train: TextData, workdir: Path) -> s
 
 def applied(trainer: Trainer) -> int:
     """Updates applied so far (the device counter both decision paths keep)."""
-    return int(trainer.counters.applied)
+    return trainer.counters.applied
 
 
 def forced_skip_check(args: argparse.Namespace, train: TextData, workdir: Path) -> dict[str, Any]:

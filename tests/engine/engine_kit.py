@@ -162,7 +162,7 @@ def training_state(t: Trainer) -> dict[str, torch.Tensor]:
     """Everything an update may change: weights, every optimizer state tensor (step counts included), the number of
     applied updates and the learning rate. Read on the host; for comparisons only."""
     tensors, meta = flatten_optimizer(t.optimizer.state_dict())
-    applied = int(t.counters.applied)
+    applied = t.counters.applied
     out = {f"model/{k}": v.detach().clone() for k, v in t.model.state_dict().items()}
     out |= {f"optimizer/{k}": v.detach().clone() for k, v in tensors.items()}
     out |= {f"optimizer/{pid}/{k}": torch.tensor(v) for pid, kv in meta["scalars"].items() for k, v in kv.items()}

@@ -61,6 +61,7 @@ def test_two_processes_equal_one_with_twice_the_accumulation(
     assert got["metrics"] == t.evaluate(val, batch_size=16)
 
 
+@pytest.mark.slow  # a launch of two ranks per strategy: ~8 s each
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_a_nonfinite_gradient_on_one_rank_is_skipped_by_every_rank(tmp_path: Path, strategy: str) -> None:
     got = distributed.launch(2, dist_ranks.nonfinite_on_rank_1, str(tmp_path), strategy)
@@ -84,6 +85,7 @@ def epochs_of(pairs: list[tuple[int, int]]) -> dict[int, Counter[int]]:
     return out
 
 
+@pytest.mark.slow  # a launch of two ranks per case: ~7 s each
 @pytest.mark.parametrize(("before", "after"), [(2, 1), (1, 2)])
 def test_resume_on_another_number_of_processes_keeps_every_epochs_samples(
     tmp_path: Path, before: int, after: int

@@ -75,13 +75,24 @@ def same(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return weights and a["history"] == b["history"] and a["applied"] == b["applied"] and a["scale"] == b["scale"]
 
 
-@pytest.mark.parametrize(("precision", "seed"), [("fp32", 0), ("fp32", 1), ("fp16", 2)])
-def test_an_interrupted_run_resumes_bit_identically(tmp_path: Path, precision: str, seed: int) -> None:
-    whole = fingerprint_of(run(tmp_path / "whole", precision))
+PLATEAU = {"schedule": "plateau", "plateau_patience": 1, "plateau_factor": 0.5, "eval_every": 3, "lr": 0.05}
+
+
+@pytest.mark.parametrize(
+    ("precision", "seed", "overrides"),
+    [("fp32", 0, {}), ("fp32", 1, {}), ("fp16", 2, {}), ("fp32", 3, PLATEAU)],  # plateau: its state is restored too
+)
+def test_an_interrupted_run_resumes_bit_identically(
+    tmp_path: Path, precision: str, seed: int, overrides: dict[str, Any]
+) -> None:
+    whole_run = run(tmp_path / "whole", precision, **overrides)
+    whole = fingerprint_of(whole_run)
+    if overrides:
+        assert whole_run.plateau is not None and whole_run.plateau.scale < 1  # the rate was lowered on the way
     stop = random.Random(seed).randint(4, 4 * 13 - 2)
-    crashed = run(tmp_path / "resumed", precision, stop_after=stop)
+    crashed = run(tmp_path / "resumed", precision, stop_after=stop, **overrides)
     assert crashed.state.updates == stop
-    resumed = run(tmp_path / "resumed", precision)
+    resumed = run(tmp_path / "resumed", precision, **overrides)
     assert resumed.resumed_from is not None and 0 < resumed.resumed_from <= stop
     assert same(fingerprint_of(resumed), whole)
     assert not same(fingerprint_of(crashed), whole)  # the interruption did cut the run short
@@ -135,3 +146,46 @@ def test_checkpoint_parts_round_trip(tmp_path: Path) -> None:
     saved = load_checkpoint(latest)
     assert saved.meta["state"]["updates"] == int(latest.name.removeprefix("step-"))
     assert saved.meta["fingerprint"] == "test" and saved.meta["params"]["batch_size"] == 8
+
+
+def test_the_resume_says_where_it_continues(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run(tmp_path, "fp32", stop_after=20)
+    latest = CheckpointStore(tmp_path, 2).latest()
+    assert latest is not None
+    saved = load_checkpoint(latest).meta["state"]
+    capsys.readouterr()
+    run(tmp_path, "fp32")
+    err = capsys.readouterr().err
+    assert (
+        f"train: resumed from {latest} at update {saved['updates']} (epoch {saved['epoch']}, "
+        f"sample {saved['position']} of its order)"
+    ) in err
+
+
+def test_a_checkpoint_of_the_old_format_resumes_at_the_same_sample(tmp_path: Path) -> None:
+    """trainflow 0.1 kept the data position in windows of one process and the non-finite run outside the state."""
+    import json
+
+    run(tmp_path / "new", "fp32", stop_after=20)
+    whole = fingerprint_of(run(tmp_path / "whole", "fp32"))
+    latest = CheckpointStore(tmp_path / "new", 2).latest()
+    assert latest is not None
+    meta = json.loads((latest / "meta.json").read_text())
+    window = meta["params"]["batch_size"] * meta["params"]["accumulate"]
+    assert meta["state"]["position"] % window == 0 and meta["state"]["position"] > 0
+    meta["state"]["position"] //= window  # windows
+    del meta["position_unit"]
+    meta["consecutive_nonfinite"] = meta["state"].pop("consecutive_nonfinite")
+    (latest / "meta.json").write_text(json.dumps(meta))
+    resumed = run(tmp_path / "new", "fp32")
+    assert resumed.resumed_from == meta["state"]["updates"]
+    assert same(fingerprint_of(resumed), whole)
+
+
+def test_a_checkpoint_of_another_model_is_refused_with_the_way_out(tmp_path: Path) -> None:
+    run(tmp_path, "fp32", stop_after=20)
+    t = make_trainer(tmp_path, MLP(6, 3, [8], dropout=0.0), **{**SETTINGS, "resume": str(tmp_path)})
+    data = table(n=203)
+    refused = r"(?s)does not fit this model and trainer \(RuntimeError: .*size mismatch.*set train.resume: never"
+    with pytest.raises(UserError, match=refused):
+        t.fit(data, data)

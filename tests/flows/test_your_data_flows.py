@@ -36,6 +36,7 @@ def dvc_status(root: Path) -> str:
     return dvc(root, "status")
 
 
+@pytest.mark.slow  # three full `trainflow run`s: ~25 s (README line 2 stays under 10 minutes)
 def test_changes_run_to_completion_with_trainflow_run(
     tmp_path: Path, prefect_server: None, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -77,6 +78,7 @@ class TinyNet(torch.nn.Module):
 """
 
 
+@pytest.mark.slow  # two pipeline runs through the CLI: ~22 s
 def test_a_user_model_in_the_project_root_trains_and_editing_it_retrains(
     tmp_path: Path, prefect_server: None, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:

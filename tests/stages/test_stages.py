@@ -95,6 +95,14 @@ def test_a_run_registers_one_version_however_often_register_runs(csv_project: Pa
     again = read_json(paths.registration)
     assert again["version"] == first["version"] == 1 and again["champion"] is True
     assert "already registered as version 1" in again["decision"]
+    assert first["decision"] in again["decision"]  # the decision it had then, quoted
+    # The rest of the record describes the registry as it is, field by field, as the first registration did.
+    for key in ("model_name", "model_uri", "gate_metric", "value", "champion_version"):
+        assert again[key] == first[key], key
+    assert again["value"] == pytest.approx(read_json(paths.metrics)[again["gate_metric"]])
+    assert (again["previous_champion"], again["previous_value"], again["previous_metrics"]) == (None, None, None)
+    assert again["rescored"] is False
+    assert again["tags"] == first["tags"]
     # A partial success: the next run's version gets created, then the registry fails before the decision.
     retrain(csv_project, seed=1)
     calls = {"n": 0}

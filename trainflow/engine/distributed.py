@@ -101,20 +101,13 @@ class Group:
         ddp.register_comm_hook(None, _sum_hook)
         return ddp
 
-    @contextlib.contextmanager
-    def gradient_sync(self, wrapped: nn.Module, enabled: bool) -> Iterator[None]:
+    def gradient_sync(self, wrapped: nn.Module, enabled: bool) -> contextlib.AbstractContextManager[object]:
         """Sync gradients in this backward (a window's last micro-batch) or only accumulate them locally."""
         if not self.distributed or enabled:
-            yield
-        elif self.sharded:
-            wrapped.set_requires_gradient_sync(False)  # type: ignore[operator]
-            try:
-                yield
-            finally:
-                wrapped.set_requires_gradient_sync(True)  # type: ignore[operator]
-        else:
-            with wrapped.no_sync():  # type: ignore[operator]
-                yield
+            return _NO_CHANGE
+        if self.sharded:
+            return _fsdp_no_sync(wrapped)
+        return wrapped.no_sync()  # type: ignore[operator,no-any-return]
 
     # --- data ---------------------------------------------------------------------------------------------------
 
@@ -207,6 +200,18 @@ class Group:
     def local(self, tensor: torch.Tensor) -> torch.Tensor:
         """This rank's shard of a (possibly sharded) tensor."""
         return tensor.to_local() if hasattr(tensor, "to_local") else tensor  # type: ignore[no-any-return]
+
+
+_NO_CHANGE = contextlib.nullcontext()  # reusable: the one-process step pays nothing for the distributed case
+
+
+@contextlib.contextmanager
+def _fsdp_no_sync(wrapped: nn.Module) -> Iterator[None]:
+    wrapped.set_requires_gradient_sync(False)  # type: ignore[operator]
+    try:
+        yield
+    finally:
+        wrapped.set_requires_gradient_sync(True)  # type: ignore[operator]
 
 
 def _shard_units(model: nn.Module) -> Iterator[nn.Module]:

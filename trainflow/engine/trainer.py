@@ -98,14 +98,66 @@ class TrainState:
 
 
 class Counters:
-    """What the step decides, counted on the training device (both decision paths write the same tensors); the host
-    reads them into TrainState at sync points (`Trainer._sync`), one transfer for all."""
+    """What the step decides, counted where it decides: applied updates (the schedule's index), loss terms of applied
+    updates and the longest run of skipped ones since the last read, and the current run of skipped updates.
 
+    On an accelerator these are device tensors, updated by tensor ops so the host never waits (`DeviceCounters`); on
+    the CPU, Python ints (this class): the same counts without a kernel launch per count. Either way the host reads
+    them into TrainState only at sync points (`Trainer._sync`)."""
+
+    def __init__(self) -> None:
+        self._applied = self._terms = self._consecutive = self._worst = 0
+
+    @property
+    def applied(self) -> int:
+        return self._applied
+
+    def count(self, applied: bool, terms: int) -> None:
+        if applied:
+            self._applied += 1
+            self._terms += terms
+            self._consecutive = 0
+        else:
+            self._consecutive += 1
+            self._worst = max(self._worst, self._consecutive)
+
+    def read(self) -> tuple[int, int, int, int]:
+        """(applied, terms since the last read, skipped in a row, longest such run since the last read)."""
+        out = (self._applied, self._terms, self._consecutive, self._worst)
+        self._terms = self._worst = 0
+        return out
+
+    def restore(self, applied: int, consecutive: int) -> None:
+        self._applied, self._consecutive = applied, consecutive
+
+
+class DeviceCounters(Counters):
     def __init__(self, device: torch.device) -> None:
-        self.applied = torch.zeros(1, dtype=torch.long, device=device)  # applied updates: the schedule's index
-        self.terms = torch.zeros((), dtype=torch.long, device=device)  # loss terms of applied updates, since read
-        self.consecutive = torch.zeros((), device=device)  # skipped updates in a row
-        self.worst = torch.zeros((), device=device)  # the longest such run since the host last read
+        self.index = torch.zeros(1, dtype=torch.long, device=device)  # applied updates: the schedule's index
+        self.terms = torch.zeros((), dtype=torch.long, device=device)
+        self.consecutive = torch.zeros((), device=device)
+        self.worst = torch.zeros((), device=device)
+
+    @property
+    def applied(self) -> int:
+        return int(self.index)  # a sync: for tests and tools, never in the step
+
+    def count_on_device(self, is_finite: torch.Tensor, skip: torch.Tensor, terms: int) -> None:
+        self.index += is_finite  # the schedule advances only on applied updates
+        self.terms.add_(is_finite, alpha=terms)
+        torch.addcmul(skip, self.consecutive, skip, out=self.consecutive)  # (run + 1) if skipped, else 0
+        torch.maximum(self.worst, self.consecutive, out=self.worst)
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [self.index[0], self.terms, self.consecutive, self.worst]
+
+    def reset_reads(self) -> None:
+        self.terms.zero_()
+        self.worst.zero_()
+
+    def restore(self, applied: int, consecutive: int) -> None:
+        self.index.fill_(applied)
+        self.consecutive.fill_(consecutive)
 
 
 @dataclass(frozen=True)
@@ -210,10 +262,9 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision.uses_scaler)
         # Where skip decisions happen: on an accelerator, on the device (the host never waits for it); on CPU, in
         # Python (there is nothing to wait for). Both give bit-identical results; tests run both on CPU.
+        self.counters: Counters = Counters()
         self.decide_on_device = device.type != "cpu"
         self._rates: list[float] = []  # the schedule table as floats, for the host path
-        # The step counters, one set for both decision paths, on the device; `_sync` reads them into `state`.
-        self.counters = Counters(device)
         # Both paths: the train loss of applied updates, summed since the host last read it (float32, then folded
         # into state.loss_sum in float64), and the current window's loss.
         self.loss_acc = torch.zeros((), device=device)
@@ -232,6 +283,15 @@ class Trainer:
         self._best_weights: tuple[int, dict[str, torch.Tensor]] | None = None
         self.final_weights: dict[str, torch.Tensor] | None = None  # after fit(), on rank 0: what to export
         self.resumed_from: int | None = None  # the update a resumed run continued from; None for a fresh start
+
+    @property
+    def decide_on_device(self) -> bool:
+        return isinstance(self.counters, DeviceCounters)
+
+    @decide_on_device.setter
+    def decide_on_device(self, on_device: bool) -> None:
+        """Choose the decision path (before training: the counts start at zero). Tests force the device one on CPU."""
+        self.counters = DeviceCounters(self.device) if on_device else Counters()
 
     # --- the training step --------------------------------------------------------------------------------------
 
@@ -279,34 +339,27 @@ class Trainer:
         is_finite = torch.eq(grad_norm - grad_norm, 0)
         skip = torch.logical_not(is_finite, out=self._skip)  # float 0/1, as the fused kernel wants
         c = self.counters
-        torch.index_select(self._table, 0, c.applied, out=self.lr.view(1))  # the rate of this applied update
+        assert isinstance(c, DeviceCounters)
+        torch.index_select(self._table, 0, c.index, out=self.lr.view(1))  # the rate of this applied update
         opt: Any = self.optimizer
         opt.grad_scale, opt.found_inf = None, skip  # found_inf = 1: the fused kernel writes nothing
         self.optimizer.step()
         del opt.grad_scale, opt.found_inf
         self.loss_acc += torch.where(is_finite, window_loss, self._zero)  # a skipped window's inf/NaN stays out
-        c.applied += is_finite  # the schedule advances only on applied updates
-        c.terms.add_(is_finite, alpha=count)
-        torch.addcmul(skip, c.consecutive, skip, out=c.consecutive)  # (run + 1) if skipped, else 0
-        torch.maximum(c.worst, c.consecutive, out=c.worst)
+        c.count_on_device(is_finite, skip, count)
 
     def _step_on_host(self, grad_norm: torch.Tensor, window_loss: torch.Tensor, count: int) -> None:
         """The same decisions on CPU, where the device is the host and reading a value costs a memory load.
 
-        Bit-identical to `_step_on_device` (same rates, same fused kernel, same float32 loss sums, the same counters);
+        Bit-identical to `_step_on_device` (same rates, same fused kernel, same float32 loss sums, the same counts);
         it branches in Python instead of computing flags and masked updates that only keep an accelerator from waiting.
         """
-        c = self.counters
-        if math.isfinite(grad_norm.item()):
-            self.lr.fill_(self._rates[int(c.applied)])
+        applied = math.isfinite(grad_norm.item())
+        if applied:
+            self.lr.fill_(self._rates[self.counters.applied])
             self.optimizer.step()
             self.loss_acc += window_loss
-            c.applied += 1
-            c.terms += count
-            c.consecutive.zero_()
-        else:
-            c.consecutive += 1
-            torch.maximum(c.worst, c.consecutive, out=c.worst)
+        self.counters.count(applied, count)
 
     def _clip_gradients(self) -> torch.Tensor:
         """Global L2 norm of the gradients (returned), clipped to max_grad_norm. Two foreach calls, no host sync."""
@@ -408,7 +461,7 @@ class Trainer:
         group = self.group
         while s.position < plan.epoch_samples:
             idx = order[s.position : min(s.position + plan.window, plan.epoch_samples)]
-            mine = list(group.shard(idx).split(p.batch_size))
+            mine = [idx] if p.accumulate == 1 and not group.distributed else list(group.shard(idx).split(p.batch_size))
             if group.distributed:  # every rank runs `accumulate` micro-batches (some empty): collectives line up
                 mine += [idx[:0]] * (p.accumulate - len(mine))
             micro = [train.batch(i) for i in mine]
@@ -448,14 +501,15 @@ class Trainer:
         """Read every device counter in one transfer, and stop if too many updates in a row were non-finite."""
         s, c = self.state, self.counters
         self.group.sum_(self.loss_acc)  # each rank summed the loss of its own samples
-        values = [self.loss_acc, self.grad_norm, self.lr, c.applied[0], c.terms, c.consecutive, c.worst]
-        loss_acc, grad_norm, lr, applied, terms, consecutive, worst = torch.stack(
-            [t.double() for t in values]
-        ).tolist()
-        s.applied, s.consecutive_nonfinite = int(applied), int(consecutive)
-        s.loss_terms += int(terms)
-        c.terms.zero_()
-        c.worst.zero_()
+        values = [self.loss_acc, self.grad_norm, self.lr]
+        if isinstance(c, DeviceCounters):  # everything in one transfer
+            loss_acc, grad_norm, lr, *counts = torch.stack([t.double() for t in values + c.tensors()]).tolist()
+            c.reset_reads()
+        else:
+            (loss_acc, grad_norm, lr), counts = (t.item() for t in values), list(c.read())
+        applied, terms, consecutive, worst = (int(v) for v in counts)
+        s.applied, s.consecutive_nonfinite = applied, consecutive
+        s.loss_terms += terms
         s.loss_sum += loss_acc  # in float64 on the host; the device sums only since the last read
         self.loss_acc.zero_()
         if worst >= self.p.max_nonfinite + (FP16_PROBES if self.scaler.is_enabled() else 0):
@@ -644,8 +698,7 @@ class Trainer:
             if ckpt.meta.get("position_unit") != "samples":  # trainflow <= 0.2: windows of one process
                 saved = ckpt.meta["params"]
                 self.state.position *= saved["batch_size"] * saved["accumulate"]
-            self.counters.applied.fill_(self.state.applied)
-            self.counters.consecutive.fill_(self.state.consecutive_nonfinite)
+            self.counters.restore(self.state.applied, self.state.consecutive_nonfinite)
             self._restore_rng(ckpt)
             if self.plateau is not None and ckpt.meta.get("plateau"):
                 self.plateau = Plateau(**ckpt.meta["plateau"])
@@ -657,10 +710,11 @@ class Trainer:
             ) from None
         s = self.state
         self.resumed_from = s.updates
-        print(
-            f"train: resumed from {path} at update {s.updates} (epoch {s.epoch}, window {s.position})",
-            file=sys.stderr,
-        )
+        if self.group.is_main:
+            print(
+                f"train: resumed from {path} at update {s.updates} (epoch {s.epoch}, sample {s.position} of its order)",
+                file=sys.stderr,
+            )
 
     def _restore_rng(self, ckpt: Checkpoint) -> None:
         """Each rank continues its own random streams; a rank the checkpoint did not have (resumed on more processes)
