@@ -123,3 +123,12 @@ def predicted_vs_actual(actual: np.ndarray, predicted: np.ndarray, png: Path) ->
     with atomic_path(png) as tmp:
         fig.savefig(tmp, format="png", dpi=100, metadata={"Software": None})
     plt.close(fig)
+
+
+def history_frame(history: list[dict[str, float]]) -> pd.DataFrame:
+    """The evaluations as a table in one column order (update, epoch, train_loss, val metrics, lr), whether the
+    records were made in this process or restored from a checkpoint (whose JSON sorts keys)."""
+    frame = pd.DataFrame(history)
+    first, last = ["update", "epoch", "train_loss"], ["lr"]
+    middle = sorted(c for c in frame.columns if c not in first + last)
+    return frame[[c for c in [*first, *middle, *last] if c in frame.columns]]

@@ -129,7 +129,7 @@ def test_a_run_registers_one_version_however_often_register_runs(csv_project: Pa
 def test_resume_only_when_training_params_data_and_code_match(
     csv_project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from trainflow.stages import train as train_stage
+    from trainflow import fingerprint
 
     first = run_all(csv_project, ("ingest", "split", "train"))["train"]
     assert first["resumed_from_update"] is None
@@ -150,24 +150,25 @@ def test_resume_only_when_training_params_data_and_code_match(
     train_file = paths.split_file("train")
     pd.read_parquet(train_file).iloc[:-1].to_parquet(train_file, index=False)
     assert run_all(csv_project, ("train",))["train"]["resumed_from_update"] is None
-    monkeypatch.setattr(train_stage, "code_hash", lambda: "the engine changed")
+    monkeypatch.setattr(fingerprint, "code_hash", lambda: "the engine changed")
     assert run_all(csv_project, ("train",))["train"]["resumed_from_update"] is None
 
 
 def test_the_code_hash_covers_the_code_that_decides_the_weights(tmp_path: Path) -> None:
     import shutil
 
-    from trainflow.stages.train import PACKAGE, code_hash
+    from trainflow.fingerprint import PACKAGE, code_hash
 
     copy = tmp_path / "trainflow"
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
     base = code_hash(copy)
     assert base == code_hash(PACKAGE)
-    for decides in ("engine/trainer.py", "models/text.py", "data/preprocess.py", "predict.py", "stages/train.py"):
+    decides_weights = ("engine/trainer.py", "models/text.py", "data/preprocess.py", "predict.py", "export.py")
+    for decides in (*decides_weights, "stages/train.py"):
         (copy / decides).write_text((copy / decides).read_text() + "\n# changed\n")
         assert code_hash(copy) != base, decides
         shutil.copy2(PACKAGE / decides, copy / decides)
-    for cosmetic in ("plots.py", "tracking.py", "stages/evaluate.py"):
+    for cosmetic in ("plots.py", "tracking.py", "stages/evaluate.py", "fingerprint.py"):
         (copy / cosmetic).write_text((copy / cosmetic).read_text() + "\n# changed\n")
     assert code_hash(copy) == base
 

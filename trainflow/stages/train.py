@@ -1,8 +1,9 @@
-"""train: fit preprocessing on train only, build the model, run the engine, export the final model, track in MLflow.
+"""train, as a composition: the data (trainflow.data), the model (trainflow.models), the engine (trainflow.engine),
+the resume fingerprint (trainflow.fingerprint), the export (trainflow.export), plots and MLflow (trainflow.tracking).
 
 With train.world_size > 1 this process starts the ranks (torch's elastic launcher) and each runs `train()`; under an
 outside torchrun it is one of them. Every rank reads the data and fits the same preprocessing; rank 0 alone talks to
-MLflow, writes plots and exports (the block at the end of `train()`).
+MLflow, writes plots and exports: the block at the end of `_train()`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-from safetensors.torch import save_file
 
 from trainflow import plots, tracking
 from trainflow.data.preprocess import Preprocessor
@@ -27,76 +27,19 @@ from trainflow.engine.objective import Objective
 from trainflow.engine.precision import resolve_device, resolve_precision
 from trainflow.engine.trainer import NullLogger, Trainer
 from trainflow.errors import UserError
-from trainflow.io import atomic_dir, sha256_files, sha256_json, write_json
-from trainflow.models import build_model, source_files, source_hash, user_source
+from trainflow.export import export, model_config
+from trainflow.fingerprint import data_hash, fingerprint
+from trainflow.io import write_json
+from trainflow.models import build_model, user_source
 from trainflow.params import PipelineParams
 from trainflow.paths import SPLITS, Paths
-from trainflow.predict import CONFIG, WEIGHTS, model_inputs
-
-# Train params that do not change the trained weights: a checkpoint written under other values may still be resumed.
-NOT_IN_FINGERPRINT = {
-    "resume",
-    "progress",
-    "device",
-    "log_every",
-    "checkpoint_every",
-    "keep_last",
-    "compile",
-    "detect_anomaly",
-    # Resources, not maths: a run resumes on another number of processes from the same data position.
-    "world_size",
-    "strategy",
-    "backend",
-}
+from trainflow.predict import model_inputs
 
 
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def data_hash(paths: Paths) -> str:
-    return sha256_files([paths.split_schema, *(paths.split_file(s) for s in SPLITS)])
-
-
-PACKAGE = Path(__file__).resolve().parents[1]
-
-
-def code_hash(package: Path = PACKAGE) -> str:
-    """Hash of the code that decides the trained weights (the engine, the models, preprocessing, how the stage builds
-    the training data): a fixed engine must retrain, not resume a finished run. Plots, tracking and the like are left
-    out: changing them reruns the stage (DVC), which then resumes and finishes at once."""
-    files = sorted([*(package / "engine").glob("*.py"), *(package / "models").glob("*.py")])
-    own = [package / "data" / "preprocess.py", package / "predict.py", package / "stages" / "train.py"]
-    return sha256_files([*files, *own])
-
-
-def model_code_hash(params: PipelineParams, root: Path) -> str:
-    """The hash of model.code (a user model's source; by default trainflow's models)."""
-    path = root / params.model.code
-    if not path.exists():
-        raise UserError(
-            f"model.code: {params.model.code} does not exist under {root}; set it to the file or package of "
-            f"{params.model.name}"
-        )
-    return source_hash(source_files(path), root)
-
-
-def fingerprint(params: PipelineParams, data: str, root: Path) -> str:
-    """What a checkpoint must match to be resumed: training params, model and its code, seed, data, training code."""
-    train = params.train.model_dump(exclude=NOT_IN_FINGERPRINT)
-    return sha256_json(
-        {
-            "seed": params.seed,
-            "model": params.model.model_dump(),
-            "model_code": model_code_hash(params, root),
-            "features": params.features.model_dump(),
-            "train": train,
-            "data": data,
-            "code": code_hash(),
-        }
-    )
 
 
 def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
@@ -190,7 +133,7 @@ def _train(params: PipelineParams, paths: Paths, device: torch.device, group: di
     if source is not None:  # a user model: evaluate and predict check its code is the same
         summary["model_source"] = {"module": source["module"], "sha256": source["sha256"]}
     export(trainer.final_weights, config, pre, schema, summary, paths.final)
-    history = history_frame(state.history)
+    history = plots.history_frame(state.history)
     plots.write_csv(history, paths.plots / "history.csv")
     plots.training_curves(history, paths.plots / "training_curves.png")
     run.log_metrics({f"best_{params.train.monitor}": state.best_metric or math.nan})
@@ -199,60 +142,3 @@ def _train(params: PipelineParams, paths: Paths, device: torch.device, group: di
     run.finish()
     write_json(paths.train_run, run.record())
     return {**summary, "mlflow_run_id": run.run_id}
-
-
-def history_frame(history: list[dict[str, float]]) -> pd.DataFrame:
-    """The evaluations as a table in one column order (update, epoch, train_loss, val metrics, lr), whether the
-    records were made in this process or restored from a checkpoint (whose JSON sorts keys)."""
-    frame = pd.DataFrame(history)
-    first, last = ["update", "epoch", "train_loss"], ["lr"]
-    middle = sorted(c for c in frame.columns if c not in first + last)
-    return frame[[c for c in [*first, *middle, *last] if c in frame.columns]]
-
-
-def model_config(params: PipelineParams, pre: Preprocessor) -> dict[str, Any]:
-    """The model's JSON config: what build_model() needs to rebuild it at evaluation and prediction."""
-    m = params.model
-    name = m.name
-    if name == "auto":
-        name = "text_transformer" if pre.text_column else "mlp"
-    outputs = len(pre.classes) if pre.task == "classification" else 1
-    if name == "mlp" and pre.text_column:
-        raise UserError(
-            f"model.name mlp takes a table of features, but data.text_column is {pre.text_column!r}; "
-            "use model.name: text_transformer (or auto)"
-        )
-    if name == "text_transformer" and not pre.text_column:
-        raise UserError("model.name text_transformer needs text: set data.text_column (or use model.name: auto)")
-    config: dict[str, Any] = {"name": name, "out_features": outputs}
-    if name == "text_transformer":
-        config |= {
-            "vocab_size": pre.vocab_size,
-            "max_len": params.features.max_length + 1,  # + [CLS]
-            "d_model": m.d_model,
-            "n_heads": m.n_heads,
-            "n_layers": m.n_layers,
-            "dropout": m.dropout,
-        }
-    else:
-        config["in_features"] = pre.width
-        if name == "mlp":
-            config |= {"hidden_sizes": m.hidden_sizes, "dropout": m.dropout}
-    return config | m.kwargs
-
-
-def export(
-    weights: dict[str, torch.Tensor],
-    config: dict[str, Any],
-    pre: Preprocessor,
-    schema: Schema,
-    summary: dict[str, Any],
-    dest: Path,
-) -> None:
-    """models/final: weights as safetensors, model config and preprocessing as JSON. Nothing here is pickled."""
-    with atomic_dir(dest) as tmp:
-        save_file({k: v.detach().cpu().contiguous() for k, v in weights.items()}, str(tmp / WEIGHTS))
-        write_json(tmp / CONFIG, config)
-        pre.save(tmp)
-        write_json(tmp / "schema.json", schema.to_json())
-        write_json(tmp / "training.json", summary)

@@ -1,0 +1,77 @@
+"""What a checkpoint must match to be resumed: the training params that change the weights, the model and its code,
+the seed, the data and the training code. A changed learning rate or a fixed engine retrains; a changed log interval
+or number of processes resumes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trainflow.errors import UserError
+from trainflow.io import sha256_files, sha256_json
+from trainflow.models import source_files, source_hash
+from trainflow.params import PipelineParams
+from trainflow.paths import SPLITS, Paths
+
+# Train params that do not change the trained weights: a checkpoint written under other values may still be resumed.
+NOT_IN_FINGERPRINT = {
+    "resume",
+    "progress",
+    "device",
+    "log_every",
+    "checkpoint_every",
+    "keep_last",
+    "compile",
+    "detect_anomaly",
+    # Resources, not maths: a run resumes on another number of processes from the same data position.
+    "world_size",
+    "strategy",
+    "backend",
+}
+
+
+def data_hash(paths: Paths) -> str:
+    return sha256_files([paths.split_schema, *(paths.split_file(s) for s in SPLITS)])
+
+
+PACKAGE = Path(__file__).resolve().parent
+
+
+def code_hash(package: Path = PACKAGE) -> str:
+    """Hash of the code that decides the trained weights (the engine, the models, preprocessing, how the stage builds
+    the training data): a fixed engine must retrain, not resume a finished run. Plots, tracking and the like are left
+    out: changing them reruns the stage (DVC), which then resumes and finishes at once."""
+    files = sorted([*(package / "engine").glob("*.py"), *(package / "models").glob("*.py")])
+    own = [
+        package / "data" / "preprocess.py",
+        package / "predict.py",
+        package / "export.py",
+        package / "stages" / "train.py",
+    ]
+    return sha256_files([*files, *own])
+
+
+def model_code_hash(params: PipelineParams, root: Path) -> str:
+    """The hash of model.code (a user model's source; by default trainflow's models)."""
+    path = root / params.model.code
+    if not path.exists():
+        raise UserError(
+            f"model.code: {params.model.code} does not exist under {root}; set it to the file or package of "
+            f"{params.model.name}"
+        )
+    return source_hash(source_files(path), root)
+
+
+def fingerprint(params: PipelineParams, data: str, root: Path) -> str:
+    """What a checkpoint must match to be resumed: training params, model and its code, seed, data, training code."""
+    train = params.train.model_dump(exclude=NOT_IN_FINGERPRINT)
+    return sha256_json(
+        {
+            "seed": params.seed,
+            "model": params.model.model_dump(),
+            "model_code": model_code_hash(params, root),
+            "features": params.features.model_dump(),
+            "train": train,
+            "data": data,
+            "code": code_hash(),
+        }
+    )
