@@ -315,12 +315,17 @@ def launch(world_size: int, entrypoint: Callable[..., Any], *args: Any) -> Any:
         monitor_interval=0.5,
         start_method="spawn",
     )
-    os.environ.setdefault("OMP_NUM_THREADS", str(max((os.cpu_count() or 1) // world_size, 1)))
+    threads = os.environ.get("OMP_NUM_THREADS")  # the ranks share the cores, as under torchrun; restored after
+    if threads is None:
+        os.environ["OMP_NUM_THREADS"] = str(max((os.cpu_count() or 1) // world_size, 1))
     try:
         results = elastic_launch(config, _entry)(entrypoint, *args)
     except ChildFailedError as exc:
         rank, failure = exc.get_first_failure()
         raise _rank_error(rank, failure) from None
+    finally:
+        if threads is None:
+            del os.environ["OMP_NUM_THREADS"]
     return results[0]
 
 
