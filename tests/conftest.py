@@ -10,7 +10,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -124,3 +126,26 @@ def retrain(root: Path, seed: int) -> None:
     write_overrides(paths.params, [f"seed={seed}"])
     for stage in ("train", "evaluate"):
         run_stage(stage, load_params(paths.params), paths)
+
+
+def wait_for_http(url: str, alive: Callable[[], str | None], seconds: float, interval: float = 0.3) -> None:
+    """Poll `url` until it answers 200; `alive()` returns why the server process died (None while it runs)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        died = alive()
+        assert died is None, died
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, f"{url} did not answer in {seconds:g} s"
+        time.sleep(interval)
+
+
+@pytest.fixture
+def params_file(tmp_path: Path) -> Path:
+    """A copy of this repo's params.yaml to change."""
+    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
+    return tmp_path / "params.yaml"

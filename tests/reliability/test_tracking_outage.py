@@ -9,15 +9,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-import urllib.request
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import make_project
+from conftest import make_project, wait_for_http
 
 from trainflow import cli
 from trainflow.engine.trainer import Trainer
@@ -51,17 +49,8 @@ class Server:
                 "--default-artifact-root", str(self.store / "artifacts")]  # fmt: skip
         log = open(self.store / "server.log", "ab")  # noqa: SIM115 - the server's, closed with the process
         self.proc = subprocess.Popen(args, stdout=log, stderr=log, start_new_session=True)
-        deadline = time.monotonic() + 90
-        while True:
-            assert self.proc.poll() is None, (self.store / "server.log").read_text()[-2000:]
-            try:
-                with urllib.request.urlopen(f"{self.uri}/health", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "mlflow server did not come up in 90 s"
-            time.sleep(0.3)
+        proc, server_log = self.proc, self.store / "server.log"
+        wait_for_http(f"{self.uri}/health", lambda: None if proc.poll() is None else server_log.read_text()[-2000:], 90)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

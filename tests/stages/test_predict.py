@@ -9,14 +9,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import FAST, blobs, make_project
+from conftest import FAST, blobs, make_project, wait_for_http
 
 from trainflow import cli
 from trainflow.io import read_json
@@ -185,17 +184,12 @@ def test_mlflow_models_serve_answers_with_the_same_numbers(blobs_run: Paths, mon
     )
     try:
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 180
-        while True:
-            assert server.poll() is None, server.stdout.read().decode() if server.stdout else "server exited"
-            try:
-                with urllib.request.urlopen(f"{base}/ping", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "mlflow models serve did not come up in 180 s"
-            time.sleep(0.5)
+        wait_for_http(
+            f"{base}/ping",
+            lambda: None if server.poll() is None else (server.stdout.read().decode() if server.stdout else "exited"),
+            180,
+            interval=0.5,
+        )
         rows = test.drop(columns=["label"])
         body = json.dumps({"dataframe_split": {"columns": list(rows.columns), "data": rows.to_numpy().tolist()}})
         request = urllib.request.Request(

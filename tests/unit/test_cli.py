@@ -3,7 +3,6 @@ with nothing to do answers without starting Prefect; the help says what -S does 
 
 from __future__ import annotations
 
-import shutil
 import sys
 import types
 from pathlib import Path
@@ -13,14 +12,6 @@ import pytest
 from trainflow import cli
 from trainflow.params import write_overrides
 from trainflow.paths import Paths
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def params_file(tmp_path: Path) -> Path:
-    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
-    return tmp_path / "params.yaml"
 
 
 def test_overrides_change_only_their_lines(params_file: Path) -> None:

@@ -4,7 +4,6 @@ pickle-free checkpoints."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -12,14 +11,6 @@ import pytest
 from trainflow import cli
 from trainflow.errors import ParamsError
 from trainflow.params import load_params, write_overrides
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def params_file(tmp_path: Path) -> Path:
-    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
-    return tmp_path / "params.yaml"
 
 
 def test_every_problem_is_reported_with_its_dotted_path(params_file: Path) -> None:
