@@ -57,6 +57,7 @@ def test_params_check_exits_2_naming_both_fields_and_changes_nothing(
         "register",
         "tracking",
         "deploy",
+        "tune",
     }
 
 
