@@ -120,11 +120,13 @@ def sha256_json(obj: Any) -> str:
 
 FAILPOINT = os.environ.get("TRAINFLOW_FAILPOINT", "")  # read once: failpoint() runs on every update
 FAILPOINT_RANK = os.environ.get("TRAINFLOW_FAILPOINT_RANK", "")
+FAILPOINT_WORKER = os.environ.get("TRAINFLOW_FAILPOINT_WORKER", "")
 
 
 def failpoint(name: str) -> None:
     """Fault injection for the crash tests: TRAINFLOW_FAILPOINT=<name>:<n> SIGKILLs this process on the n-th hit
-    (with TRAINFLOW_FAILPOINT_RANK=<r>, only rank r of a distributed run).
+    (with TRAINFLOW_FAILPOINT_RANK=<r>, only rank r of a distributed run; with TRAINFLOW_FAILPOINT_WORKER=<w>, only
+    worker w of `trainflow tune`).
 
     Points: `update` (after each training update), `checkpoint_write` (in the middle of a checkpoint), `rename-<name>`
     (an atomic write's temp file or directory is complete, not yet renamed into place)."""
@@ -132,6 +134,8 @@ def failpoint(name: str) -> None:
     if not spec or not spec.startswith(name + ":"):
         return
     if FAILPOINT_RANK and os.environ.get("RANK", "0") != FAILPOINT_RANK:  # distributed: only that rank
+        return
+    if FAILPOINT_WORKER and os.environ.get("TRAINFLOW_TUNE_WORKER", "0") != FAILPOINT_WORKER:  # a sweep: that worker
         return
     _hits[name] = _hits.get(name, 0) + 1
     if _hits[name] == int(spec.rsplit(":", 1)[1]):

@@ -237,19 +237,35 @@ class TrainingRun:
         self.error: str | None = None
         self._lock = threading.Lock()
 
-    def start(self, params: dict[str, Any], tags: dict[str, str]) -> None:
+    def start(self, params: dict[str, Any], tags: dict[str, str], run_name: str | None = None) -> None:
+        """A new run with `params` and `tags` (tag mlflow.parentRunId makes it a child of that run)."""
+
         def go() -> None:
             from mlflow.entities import Param
             from mlflow.tracking import MlflowClient
 
             client = MlflowClient(self.uri)
             self.experiment_id = ensure_experiment(self.experiment, self.root)
-            self.run_id = client.create_run(self.experiment_id, tags=tags).info.run_id
+            self.run_id = client.create_run(self.experiment_id, tags=tags, run_name=run_name).info.run_id
             items = [Param(k, str(v)) for k, v in flatten(params).items()]
             for i in range(0, len(items), 100):  # MLflow's limit on params per log_batch call
                 client.log_batch(self.run_id, params=items[i : i + 100], synchronous=True)
 
         self._guarded("starting the run", go)
+
+    def attach(self, run_id: str) -> None:
+        """Carry on an existing run (a resumed sweep trial) instead of starting one."""
+        self.run_id = run_id
+
+    def set_tags(self, tags: dict[str, str]) -> None:
+        def go() -> None:
+            from mlflow.tracking import MlflowClient
+
+            client = MlflowClient(self.uri)
+            for key, value in tags.items():
+                client.set_tag(str(self.run_id), key, value)
+
+        self._guarded("tagging the run", go)
 
     def logger(self, **kwargs: Any) -> MLflowLogger:
         """The metrics logger of this run; with no run (tracking was down at the start) it keeps every point locally."""

@@ -66,6 +66,7 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
     training = read_json(paths.final / "training.json")
     schema = Schema.read(paths.split_schema)
     tags = {
+        **params.register.tags,  # e.g. the sweep trial the params came from (trainflow tune --apply)
         "target": schema.target,
         "task": schema.task,
         "git_commit": commit,

@@ -12,6 +12,7 @@ import math
 import os
 import random
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +24,10 @@ from trainflow import plots, tracking
 from trainflow.data.preprocess import Preprocessor
 from trainflow.data.schema import Schema
 from trainflow.engine import distributed
+from trainflow.engine.data import Dataset
 from trainflow.engine.objective import Objective
-from trainflow.engine.precision import resolve_device, resolve_precision
-from trainflow.engine.trainer import NullLogger, Trainer
+from trainflow.engine.precision import Precision, resolve_device, resolve_precision
+from trainflow.engine.trainer import Logger, NullLogger, Trainer
 from trainflow.errors import UserError
 from trainflow.export import export, model_config
 from trainflow.fingerprint import data_hash, fingerprint
@@ -72,7 +74,31 @@ def train(params: PipelineParams, paths: Paths, world: int = 1) -> dict[str, Any
         distributed.shutdown(group)
 
 
-def _train(params: PipelineParams, paths: Paths, device: torch.device, group: distributed.Group) -> dict[str, Any]:
+@dataclass
+class Setup:
+    """What a training needs, built from the splits: the data on the device, the preprocessing, the model's config and
+    the trainer around the model. The train stage and each sweep trial (trainflow.tune) build it the same way."""
+
+    trainer: Trainer
+    train: Dataset
+    val: Dataset
+    pre: Preprocessor
+    schema: Schema
+    config: dict[str, Any]
+    source: dict[str, Any] | None
+    precision: Precision
+    data_hash: str
+    val_frame: pd.DataFrame
+
+
+def setup(
+    params: PipelineParams,
+    paths: Paths,
+    device: torch.device,
+    group: distributed.Group,
+    checkpoint_dir: Path,
+    logger: Logger | None = None,
+) -> Setup:
     schema = Schema.read(paths.split_schema)
     frames = {s: pd.read_parquet(paths.split_file(s)) for s in ("train", "val")}
     pre = Preprocessor.fit(frames["train"], schema, params.features)
@@ -87,11 +113,6 @@ def _train(params: PipelineParams, paths: Paths, device: torch.device, group: di
     if group.distributed:
         seed_everything(params.seed * 1_000_003 + group.rank)  # but each rank its own dropout masks
     dhash = data_hash(paths)
-
-    run = tracking.TrainingRun(paths.root, params.tracking.experiment, paths.reports / "train_metrics_local.json")
-    if group.is_main:
-        run.start(params.model_dump(), tags={"trainflow.data_sha256": dhash, "trainflow.precision": precision.name})
-    logger = run.logger() if group.is_main else NullLogger()
     trainer = Trainer(
         model,
         params.train,
@@ -99,13 +120,24 @@ def _train(params: PipelineParams, paths: Paths, device: torch.device, group: di
         device=device,
         precision=precision,
         objective=Objective(schema.task, target_scale=pre.target_std),
-        checkpoint_dir=paths.checkpoints,
+        checkpoint_dir=checkpoint_dir,
         fingerprint=fingerprint(params, dhash, paths.root),
         logger=logger,
         group=group,
     )
+    return Setup(trainer, train, val, pre, schema, config, source, precision, dhash, frames["val"])
+
+
+def _train(params: PipelineParams, paths: Paths, device: torch.device, group: distributed.Group) -> dict[str, Any]:
+    built = setup(params, paths, device, group, paths.checkpoints)
+    trainer, precision, dhash = built.trainer, built.precision, built.data_hash
+    run = tracking.TrainingRun(paths.root, params.tracking.experiment, paths.reports / "train_metrics_local.json")
+    if group.is_main:
+        run.start(params.model_dump(), tags={"trainflow.data_sha256": dhash, "trainflow.precision": precision.name})
+    logger = run.logger() if group.is_main else NullLogger()
+    trainer.logger = logger
     try:
-        state = trainer.fit(train, val)
+        state = trainer.fit(built.train, built.val)
     except BaseException as exc:
         logger.close()
         if group.is_main:
@@ -130,15 +162,15 @@ def _train(params: PipelineParams, paths: Paths, device: torch.device, group: di
         "data_sha256": dhash,
         "resumed_from_update": trainer.resumed_from,
     }
-    if source is not None:  # a user model: evaluate and predict check its code is the same
-        summary["model_source"] = {"module": source["module"], "sha256": source["sha256"]}
-    export(trainer.final_weights, config, pre, schema, summary, paths.final)
+    if built.source is not None:  # a user model: evaluate and predict check its code is the same
+        summary["model_source"] = {"module": built.source["module"], "sha256": built.source["sha256"]}
+    export(trainer.final_weights, built.config, built.pre, built.schema, summary, paths.final)
     history = plots.history_frame(state.history)
     plots.write_csv(history, paths.plots / "history.csv")
     plots.training_curves(history, paths.plots / "training_curves.png")
     run.log_metrics({f"best_{params.train.monitor}": state.best_metric or math.nan})
     run.log_artifact(paths.plots / "training_curves.png", "plots")
-    run.log_model(paths.final, frames["val"].head(5))
+    run.log_model(paths.final, built.val_frame.head(5))
     run.finish()
     write_json(paths.train_run, run.record())
     return {**summary, "mlflow_run_id": run.run_id}
