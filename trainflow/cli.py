@@ -122,6 +122,30 @@ def build_parser() -> argparse.ArgumentParser:
             cmd.add_argument("version", type=int, help="the version to make champion")
         if action != "list":
             cmd.add_argument("--reason", default="(no reason given)", help="why; recorded as a tag on the version")
+    tune = sub.add_parser(
+        "tune",
+        help="hyperparameter sweep (Optuna): trials of the tune: section, results in reports/tune/",
+        description="Run the study of params.yaml's tune: section to its budget: each trial trains on data/splits "
+        "(ingest and split run first if DVC sees them changed) in models/tune/<study>/trial_NNNN, is pruned when "
+        "unpromising, and is tracked as a child of the study's MLflow run. A rerun continues the study and resumes "
+        "trials a killed worker left. Writes reports/tune/trials.csv, best_params.yaml and plots. -S overrides apply "
+        "to this sweep only: params.yaml is never rewritten, except by --apply.",
+    )
+    _overrides(tune, written=False)
+    tune.add_argument("--trials", type=int, help="total trials of the study (default: tune.trials)")
+    tune.add_argument("--workers", type=int, help="trials at the same time, as processes (default: tune.workers)")
+    tune.add_argument(
+        "--apply",
+        action="store_true",
+        help="write the best trial's params into params.yaml (comments kept), with register.tags naming the study "
+        "and trial; the next `trainflow run` trains and registers them through the usual gate",
+    )
+    tune.add_argument(
+        "--deployment",
+        metavar="FLOW/NAME",
+        help="run the trials as flow runs of this deployment of flows/sweep.py:tune_worker on a Prefect work pool "
+        "(workers on many machines; needs PREFECT_API_URL and a tune.storage database), e.g. tune_worker/tune-worker",
+    )
     deploy = sub.add_parser(
         "deploy",
         help="serve the pipeline on a cron schedule from a Prefect server (PREFECT_API_URL); runs until Ctrl-C",
@@ -179,6 +203,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 0
     if args.command == "models":
         return _models(args, paths)
+    if args.command == "tune":
+        return _tune(args, paths)
     if args.command == "deploy":
         from flows.deploy import serve
 
@@ -196,6 +222,55 @@ def _dispatch(args: argparse.Namespace) -> int:
                 tmp.write_bytes(before)
             print(f"{paths.params}: put back as it was before -S (the command failed on them)", file=sys.stderr)
         raise
+
+
+def _tune(args: argparse.Namespace, paths: Paths) -> int:
+    from trainflow import tune
+    from trainflow.params import load_params
+
+    for flag in ("trials", "workers"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
+            raise UserError(f"--{flag} must be at least 1, not {getattr(args, flag)}")
+    tune.check_overrides(args.overrides)
+    params = load_params(paths.params, args.overrides)
+    if args.deployment:
+        from flows.sweep import sweep
+
+        result = sweep(
+            root=str(paths.root),
+            overrides=args.overrides,
+            trials=args.trials,
+            workers=args.workers,
+            deployment=args.deployment,
+            apply=args.apply,
+        )
+        print(json.dumps(result, indent=2, default=str))
+        return 0
+    prepare_data(paths)
+    result = tune.run(params, paths, trials=args.trials, workers=args.workers, apply=args.apply)
+    print(json.dumps(result, indent=2, default=str))
+    return 0
+
+
+def prepare_data(paths: Paths) -> None:
+    """Ingest and split, each only if DVC sees it changed (then `dvc commit`ted, as `trainflow run` does): a sweep's
+    trials train on data/splits. One process at a time per workspace (DVC's rule): a second waits here."""
+    if not (paths.root / ".dvc").is_dir():
+        return  # not a DVC project: the splits must exist (tune.check says so)
+    from filelock import FileLock
+
+    from tasks import dvc
+    from trainflow.params import load_params
+    from trainflow.stages import run_stage
+
+    lock = paths.root / ".dvc" / "tmp" / "trainflow-prepare.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(lock):
+        for stage in ("ingest", "split"):
+            if dvc.changed(paths.root, stage):
+                print(f"[trainflow] {stage}: running", file=sys.stderr, flush=True)
+                run_stage(stage, load_params(paths.params), paths)
+                dvc.commit(paths.root, stage)
 
 
 def _models(args: argparse.Namespace, paths: Paths) -> int:

@@ -1,0 +1,210 @@
+"""Hyperparameter sweeps: `trainflow tune` and flows/sweep.py.
+
+An Optuna study (trainflow.tune.study: storage, sampler, pruner, slots and claims) whose trials each train on
+data/splits exactly as the train stage does (trainflow.tune.trial), run by local worker processes (`workers`), by
+Prefect tasks, or by workers on other machines sharing the study's storage. The results go to reports/tune/
+(trainflow.tune.results); `--apply` writes the best params into params.yaml for the next `trainflow run`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from trainflow.errors import ParamsError, ServiceError, UserError
+from trainflow.params import PipelineParams
+from trainflow.paths import SPLITS, Paths
+
+FIXED_FOR_A_STUDY = ("seed", "data", "split")  # they make data/splits, which every trial shares
+
+
+class TuneIncomplete(ServiceError):
+    """Trials are left (a worker was killed): the study is intact, a rerun resumes it."""
+
+
+def check_overrides(overrides: list[str]) -> None:
+    for text in overrides:
+        key = text.partition("=")[0].strip()
+        if key.split(".")[0] in FIXED_FOR_A_STUDY:
+            raise ParamsError(
+                "-S",
+                [
+                    (
+                        key,
+                        "a sweep trains every trial on data/splits as params.yaml made them; change data, split or "
+                        "seed in params.yaml and run `trainflow run` (or `dvc repro split`) first",
+                    )
+                ],
+            )
+
+
+def check(params: PipelineParams, paths: Paths) -> None:
+    if params.train.world_size != 1:
+        raise ParamsError(
+            "params.yaml",
+            [("train.world_size", "a sweep runs each trial in one process; set it to 1 and use tune.workers")],
+        )
+    for s in SPLITS:
+        if not paths.split_file(s).is_file():
+            raise UserError(f"tune: {paths.split_file(s)} is missing; run `trainflow stage split` first")
+
+
+def hashes(params: PipelineParams, paths: Paths) -> tuple[str, str]:
+    """(data hash, code hash) a study's trials must share."""
+    from trainflow.fingerprint import code_hash, data_hash, model_code_hash
+    from trainflow.io import sha256_json
+
+    return data_hash(paths), sha256_json([code_hash(), model_code_hash(params, paths.root)])
+
+
+def run(
+    params: PipelineParams, paths: Paths, trials: int | None = None, workers: int | None = None, apply: bool = False
+) -> dict[str, Any]:
+    """Run the study to its budget with `workers` local processes, write reports/tune/, optionally apply the best."""
+    from trainflow.tune import results
+    from trainflow.tune.study import open_study, say, stale
+
+    budget, workers = trials or params.tune.trials, workers or params.tune.workers
+    check(params, paths)
+    data, code = hashes(params, paths)
+    s = open_study(params, paths.root, budget, data, code, on_create=parent_run(params, paths.root))
+    ended = s.terminal()
+    say(
+        f"study {s.name!r}: {ended}/{budget} trials ended; {workers} worker(s); optimising {s.metric} "
+        f"({'min' if s.minimize else 'max'}imize); storage {params.tune.storage or 'models/tune/journal.log'}"
+    )
+    failed = []
+    if ended < budget:
+        failed = _work_locally(params, paths, budget, workers) if workers > 1 else []
+        if workers == 1:
+            work(params, paths.root, budget, data, code)
+    top = results.write(s, paths.reports / "tune")
+    summary = _summary(s, top)
+    left = budget - s.terminal()
+    if left == 0:
+        finish_parent(s, top)
+    if apply:
+        if top is None:
+            raise UserError("tune --apply: no trial completed, nothing to apply")
+        written = results.apply(top, paths.params)
+        say(f"applied trial {top['trial']} to {paths.params}: {', '.join(written)}")
+        summary["applied"] = written
+    if left:
+        orphans = stale(s)
+        why = f"worker(s) {', '.join(failed)} stopped; " if failed else ""
+        raise TuneIncomplete(
+            f"tune: {left} of {budget} trials did not end ({why}trials left by a stopped worker: {orphans or 'none'}). "
+            "Everything finished is kept; rerun `trainflow tune` to resume them from their checkpoints."
+        )
+    return summary
+
+
+def work(params: PipelineParams, root: Path, budget: int, data: str, code: str, max_trials: int | None = None) -> int:
+    """One worker: claim trials of the study and run them until none is left (or `max_trials` ran); returns how many
+    ran. Any process that can reach the storage (and, for a resumed trial, its directory) can be one."""
+    from trainflow.tune import trial
+    from trainflow.tune.study import claim, open_study
+
+    s = open_study(params, root, budget, data, code)
+    ran = 0
+    while max_trials is None or ran < max_trials:
+        c = claim(s)
+        if c is None:
+            break
+        try:
+            trial.run(s, c, data)
+        finally:
+            c.release()
+        ran += 1
+    return ran
+
+
+def _work_locally(params: PipelineParams, paths: Paths, budget: int, workers: int) -> list[str]:
+    """`workers` worker processes (`python -m trainflow.tune.worker`), each with its share of the cores; a progress
+    bar of ended trials meanwhile. Returns the workers that did not exit cleanly."""
+    from tqdm.auto import tqdm
+
+    from trainflow.tune.study import open_study, say
+
+    spec = json.dumps({"root": str(paths.root), "params": params.model_dump(mode="json"), "budget": budget})
+    threads = str(max(1, (os.cpu_count() or 1) // workers))
+    procs = []
+    for i in range(workers):
+        env = {**os.environ, "TRAINFLOW_TUNE_WORKER": str(i), "OMP_NUM_THREADS": threads}
+        proc = subprocess.Popen([sys.executable, "-m", "trainflow.tune.worker"], stdin=subprocess.PIPE, env=env)
+        assert proc.stdin is not None
+        proc.stdin.write(spec.encode())
+        proc.stdin.close()
+        procs.append(proc)
+    s = open_study(params, paths.root, budget, *hashes(params, paths))
+    bar = tqdm(total=budget, initial=s.terminal(), unit="trial", desc="tune", file=sys.stderr, dynamic_ncols=True)
+    try:
+        while any(p.poll() is None for p in procs):
+            time.sleep(1.0)
+            bar.update(s.terminal() - bar.n)
+        bar.update(s.terminal() - bar.n)
+    except BaseException:
+        for p in procs:
+            p.terminate()
+        raise
+    finally:
+        bar.close()
+    failed = []
+    for i, p in enumerate(procs):
+        if p.returncode:
+            how = f"killed by signal {-p.returncode}" if p.returncode < 0 else f"exit code {p.returncode}"
+            say(f"worker {i} (pid {p.pid}) stopped: {how}")
+            failed.append(str(i))
+    return failed
+
+
+def parent_run(params: PipelineParams, root: Path) -> Any:
+    """The study's MLflow run, made by the process that creates the study; each trial's run is its child."""
+
+    def create(study: Any) -> None:
+        from trainflow import tracking
+        from trainflow.tune.study import PARENT_RUN
+
+        run = tracking.TrainingRun(root, params.tracking.experiment, root / "models" / "tune" / "parent_local.json")
+        tags = {"trainflow.tune.study": params.tune.study, "trainflow.tune.role": "study"}
+        run.start({"tune": params.tune.model_dump(mode="json")}, tags=tags, run_name=f"tune-{params.tune.study}")
+        if run.run_id:
+            study.set_user_attr(PARENT_RUN, run.run_id)
+
+    return create
+
+
+def finish_parent(s: Any, top: dict[str, Any] | None) -> None:
+    """The study ended: its best trial on the parent run, which is then FINISHED."""
+    from trainflow import tracking
+    from trainflow.tune.study import PARENT_RUN
+
+    parent = s.study.user_attrs.get(PARENT_RUN)
+    if not parent:
+        return
+    run = tracking.TrainingRun(s.root, s.params.tracking.experiment, s.root / "models" / "tune" / "parent_local.json")
+    run.attach(parent)
+    if top is not None:
+        run.log_metrics({f"best_{s.metric}": float(top["value"])})
+        run.set_tags(
+            {"trainflow.tune.best_trial": str(top["trial"]), "trainflow.tune.best_params": json.dumps(top["params"])}
+        )
+    run.finish()
+
+
+def _summary(s: Any, top: dict[str, Any] | None) -> dict[str, Any]:
+    from collections import Counter
+
+    counts = Counter(t.state.name.lower() for t in s.trials())
+    return {
+        "study": s.name,
+        "trials": s.budget,
+        "states": dict(counts),
+        "best": top,
+        "results": "reports/tune/ (trials.csv, best_params.yaml, optimization_history.png, param_importances.png)",
+    }
