@@ -313,14 +313,16 @@ def claim(s: Study) -> Claim | None:
         lock = _try_lock(directory)  # before the transition: a RUNNING trial always has its lock held
         if lock is None:
             continue
+        # The marker goes first: a worker killed right after the transition leaves a trial a rerun can find.
+        write_json(directory / CLAIMED, {"host": socket.gethostname(), "pid": os.getpid(), "time": time.time()})
         try:
             won = storage.set_trial_state_values(frozen._trial_id, state=TrialState.RUNNING)
         except UpdateFinishedTrialError:
             won = False
-        if not won:  # another worker (maybe on another machine) took it first
+        if not won:  # another worker (maybe on another machine) took it first: its checkpoints are not here
+            (directory / CLAIMED).unlink()
             lock.release()
             continue
-        write_json(directory / CLAIMED, {"host": socket.gethostname(), "pid": os.getpid(), "time": time.time()})
         return Claim(optuna.Trial(s.study, frozen._trial_id), directory, lock, resumed=False)
     return None
 
