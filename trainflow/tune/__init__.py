@@ -78,11 +78,11 @@ def run(
         f"study {s.name!r}: {ended}/{budget} trials ended; {workers} worker(s); optimising {s.metric} "
         f"({'min' if s.minimize else 'max'}imize); storage {params.tune.storage or 'models/tune/journal.log'}"
     )
-    failed = []
-    if ended < budget:
-        failed = _work_locally(params, paths, budget, workers) if workers > 1 else []
-        if workers == 1:
-            work(params, paths.root, budget, data, code)
+    failed: list[str] = []
+    if ended < budget and workers == 1:
+        work(params, paths.root, budget, data, code)  # in this process
+    elif ended < budget:
+        failed = _work_locally(params, paths, budget, workers)
     top = results.write(s, paths.reports / "tune")
     summary = _summary(s, top)
     left = budget - s.terminal()
