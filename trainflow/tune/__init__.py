@@ -82,7 +82,7 @@ def run(
     if ended < budget and workers == 1:
         work(params, paths.root, budget, data, code)  # in this process
     elif ended < budget:
-        failed = _work_locally(params, paths, budget, workers)
+        failed = _work_locally(s, workers)
     top = results.write(s, paths.reports / "tune")
     summary = _summary(s, top)
     left = budget - s.terminal()
@@ -124,14 +124,15 @@ def work(params: PipelineParams, root: Path, budget: int, data: str, code: str, 
     return ran
 
 
-def _work_locally(params: PipelineParams, paths: Paths, budget: int, workers: int) -> list[str]:
+def _work_locally(s: Any, workers: int) -> list[str]:
     """`workers` worker processes (`python -m trainflow.tune.worker`), each with its share of the cores; a progress
     bar of ended trials meanwhile. Returns the workers that did not exit cleanly."""
     from tqdm.auto import tqdm
 
-    from trainflow.tune.study import open_study, say
+    from trainflow.tune.study import say
 
-    spec = json.dumps({"root": str(paths.root), "params": params.model_dump(mode="json"), "budget": budget})
+    budget = s.budget
+    spec = json.dumps({"root": str(s.root), "params": s.params.model_dump(mode="json"), "budget": budget})
     threads = str(max(1, (os.cpu_count() or 1) // workers))
     procs = []
     for i in range(workers):
@@ -141,7 +142,6 @@ def _work_locally(params: PipelineParams, paths: Paths, budget: int, workers: in
         proc.stdin.write(spec.encode())
         proc.stdin.close()
         procs.append(proc)
-    s = open_study(params, paths.root, budget, *hashes(params, paths))
     bar = tqdm(total=budget, initial=s.terminal(), unit="trial", desc="tune", file=sys.stderr, dynamic_ncols=True)
     try:
         while any(p.poll() is None for p in procs):

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import math
 import shutil
-import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from trainflow import lineage, tracking
 from trainflow.engine import distributed
@@ -52,24 +50,14 @@ class Reporter:
         self.inner.close()
 
 
-@dataclass
-class Outcome:
-    number: int
-    state: str  # complete | pruned | failed
-    value: float | None
-    values: dict[str, Any]
-    resumed_from: int | None
-    seconds: float
-
-
-def run(s: Study, c: Claim, data_hash: str) -> Outcome:
-    """Run (or resume) the claimed trial to its end and tell the study how it ended."""
+def run(s: Study, c: Claim, data_hash: str) -> str:
+    """Run (or resume) the claimed trial to its end, tell the study how it ended and return that: complete, pruned
+    or failed."""
     import optuna
     from optuna.trial import TrialState
 
     from trainflow.stages.train import setup
 
-    started = time.perf_counter()
     trial, n = c.trial, c.trial.number
     values = space.suggest(trial, s.params.tune.space)
     what = describe(values)
@@ -79,7 +67,7 @@ def run(s: Study, c: Claim, data_hash: str) -> Outcome:
         s.study.tell(trial, state=TrialState.FAIL)
         trial.storage.set_trial_user_attr(trial._trial_id, "error", str(exc))
         say(f"trial {n} failed: {exc}")
-        return Outcome(n, "failed", None, values, None, time.perf_counter() - started)
+        return "failed"
     run = tracking.TrainingRun(s.root, params.tracking.experiment, c.directory / "metrics_local.json")
     frozen = trial.storage.get_trial(trial._trial_id)
     if run_id := frozen.user_attrs.get("mlflow_run_id"):
@@ -141,7 +129,7 @@ def run(s: Study, c: Claim, data_hash: str) -> Outcome:
     run.finish("FAILED" if state == "failed" else "FINISHED")
     say(f"trial {n} {state}: {detail} ({what})")
     shutil.rmtree(c.directory / "checkpoints", ignore_errors=True)  # ended: nothing will resume it
-    return Outcome(n, state, value, values, resumed, time.perf_counter() - started)
+    return state
 
 
 def _value_at_best(history: list[dict[str, float]], best_update: int, metric: str) -> float:
