@@ -114,6 +114,7 @@ class MLflowLogger:
         # No run (tracking was down when it should have started): nothing is sent, every point goes to `fallback`.
         self._error: BaseException | None = None if run_id else RuntimeError("no MLflow run to log to")
         self._timed_out = False
+        self._keep = False  # the owner's run failed elsewhere: keep every point in `fallback` though sending worked
         self._client: Any = None  # made in the thread, on first send
         self._thread = threading.Thread(target=self._run, name=f"mlflow-logger-{run_id}", daemon=True)
         self._thread.start()
@@ -122,6 +123,14 @@ class MLflowLogger:
     def failed(self) -> bool:
         """True once tracking failed or was given up on: the metrics then go to `fallback` at close."""
         return self._error is not None or self._timed_out
+
+    def keep_locally(self) -> None:
+        """Write every point to `fallback` too (now if closed, else at close): the run they belong to is incomplete."""
+        with self._cond:
+            self._keep = True
+            closed = self._closed
+        if closed:
+            self._write_fallback()
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         now = int(time.time() * 1000)
@@ -154,11 +163,14 @@ class MLflowLogger:
                     f"giving up on it, metrics are kept in {self.fallback}",
                     stacklevel=3,  # the caller of close()
                 )
-        if self.failed:
-            with self._cond:
-                points = list(self._points)
-            write_json(self.fallback, points)
-            print(f"train: metrics kept locally in {self.fallback}", file=sys.stderr)
+        if self.failed or self._keep:
+            self._write_fallback()
+
+    def _write_fallback(self) -> None:
+        with self._cond:
+            points = list(self._points)
+        write_json(self.fallback, points)
+        print(f"train: metrics kept locally in {self.fallback}", file=sys.stderr)
 
     def _run(self) -> None:
         """The background thread: send pending points in batches until close() or the first failure."""
@@ -235,6 +247,7 @@ class TrainingRun:
         self.run_id: str | None = None
         self.model_uri: str | None = None
         self.error: str | None = None
+        self._logger: MLflowLogger | None = None
         self._lock = threading.Lock()
 
     def start(self, params: dict[str, Any], tags: dict[str, str], run_name: str | None = None) -> None:
@@ -269,7 +282,8 @@ class TrainingRun:
 
     def logger(self, **kwargs: Any) -> MLflowLogger:
         """The metrics logger of this run; with no run (tracking was down at the start) it keeps every point locally."""
-        return MLflowLogger(self.run_id or "", self.fallback, on_failure=self._failed, **kwargs)
+        self._logger = MLflowLogger(self.run_id or "", self.fallback, on_failure=self._failed, **kwargs)
+        return self._logger
 
     def log_metrics(self, metrics: dict[str, float]) -> None:
         def go() -> None:
@@ -325,6 +339,8 @@ class TrainingRun:
             if self.error is not None:
                 return
             self.error = f"{what}: {type(exc).__name__}: {exc}"
+        if self._logger is not None:  # the warning below promises the metrics are kept locally, whenever it failed
+            self._logger.keep_locally()
         message = (
             f"MLflow tracking at {self.uri} failed while {what} ({type(exc).__name__}: {exc}). Training goes on "
             f"without it: metrics are kept in {self.fallback}, everything else in models/ and reports/; "

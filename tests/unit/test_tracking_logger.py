@@ -207,3 +207,34 @@ def test_log_after_close_raises_and_close_is_idempotent(tmp_path: Path, server: 
     with pytest.raises(RuntimeError, match="after close"):
         logger.log({"loss": 2.0}, step=1)
     assert server.sent() == [("loss", 1.0, 0)]
+
+
+def test_a_run_that_fails_after_its_metrics_were_sent_keeps_them_locally(
+    tmp_path: Path, _store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The failure warning promises the metrics are in the fallback file, whichever call failed: here every point
+    reached MLflow and only the last call (logging the model) fails, after the logger was closed."""
+    from trainflow.tracking import TrainingRun
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", _store)
+    fallback = tmp_path / "reports" / "local.json"
+    run = TrainingRun(tmp_path, "t", fallback)
+    run.start({"lr": 0.1}, tags={})
+    logger = run.logger(flush_every=1, flush_interval_s=0.01)
+    logged = steps(6)
+    for s, metrics in enumerate(logged):
+        logger.log(metrics, step=s)
+    logger.close()
+    assert run.error is None and not fallback.exists()  # all sent: nothing kept locally yet
+    assert len(MlflowClient(_store).get_metric_history(str(run.run_id), "lr")) == 6
+
+    def down(*args: Any, **kwargs: Any) -> None:
+        raise ConnectionError("tracking server down")
+
+    monkeypatch.setattr(MlflowClient, "log_artifact", down)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run.log_artifact(tmp_path / "anything.png", "plots")
+    assert len(caught) == 1 and str(fallback) in str(caught[0].message)
+    assert run.error is not None and "logging anything.png" in run.error
+    assert same(read_json(fallback), [{"step": s, **m} for s, m in enumerate(logged)])
