@@ -38,6 +38,6 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
 fi
 # Editable, so dvc.yaml's `trainflow stage ...` runs the code in this checkout. The torch just chosen stays: pip may
 # not swap it for another build to satisfy a dependency (a newer torch from PyPI would be the CUDA one).
-torch_version=$(.venv/bin/python -c "import torch; print(torch.__version__.split('+')[0])")
+torch_version=$(.venv/bin/python -W ignore -c "import torch; print(torch.__version__.split('+')[0])")
 pip_install -e ".${extras}" -c <(echo "torch==${torch_version}")
 .venv/bin/python -c "import trainflow, torch; print(f'setup: trainflow {trainflow.__version__}, torch {torch.__version__} ready in .venv')"
