@@ -21,6 +21,15 @@ def read_table(path: Path) -> pd.DataFrame:
     return read_source(DataParams.model_validate({"source": str(path.resolve())}), Path.cwd()).frame
 
 
+def read_image_folder(folder: Path, column: str, target: str) -> pd.DataFrame:
+    """A folder of class folders as ingest reads it: the image (bytes), its path, the class as `target`."""
+    from trainflow.data.sources import read_image_folder as read
+    from trainflow.params import DataParams
+
+    d = DataParams.model_validate({"source": str(folder.resolve()), "image_column": column, "target": target})
+    return read(folder.resolve(), d, Path.cwd()).frame
+
+
 def output_format(path: Path) -> str:
     suffix = path.suffix.lower()
     if suffix not in OUTPUT_FORMATS:
@@ -55,15 +64,26 @@ def _write_jsonl(frame: pd.DataFrame, path: Path, chunk: int = 65536) -> None:
 
 
 def predict_file(model: str, input: Path, output: Path, batch_size: int = BATCH_SIZE) -> dict[str, object]:
-    """Score every row of `input` with `model`; write the rows plus the prediction columns to `output`."""
-    if not input.is_file():
+    """Score every row of `input` with `model`; write the rows plus the prediction columns to `output`.
+
+    Image models: `input` is a table whose image column holds paths (relative to the table's folder), or a folder of
+    class folders of images (each row then also holds its folder's name as the target, and the image's path)."""
+    if not (input.is_file() or input.is_dir()):
         raise UserError(f"--input {input}: no such file")
     output_format(output)  # before the work, not after it
     exported = load(model)
-    frame = read_table(input)
+    column = exported.pre.image_column
+    if input.is_dir():
+        if column is None:
+            raise UserError(f"--input {input}: a folder; this model scores tables (csv, tsv, parquet, jsonl): give one")
+        frame = read_image_folder(input, column, exported.pre.target)
+    else:
+        frame = read_table(input)
     taken = [c for c in frame.columns if c == "prediction" or str(c).startswith("proba_")]
     if taken:
         raise UserError(f"--input {input}: already has prediction column(s) {taken}; drop or rename them first")
-    scored = exported.predict_frame(frame, batch_size, where=str(input))
+    scored = exported.predict_frame(frame, batch_size, where=str(input), base=input.resolve().parent)
+    if input.is_dir() and column is not None:
+        scored = scored.drop(columns=[column])  # the images' bytes; their paths stay
     write_table(scored, output)
     return {"model": model, "input": str(input), "output": str(output), "rows": len(scored), "task": exported.pre.task}

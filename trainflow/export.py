@@ -13,16 +13,24 @@ from trainflow.data.preprocess import Preprocessor
 from trainflow.data.schema import Schema
 from trainflow.errors import UserError
 from trainflow.io import atomic_dir, write_json
+from trainflow.models import hf
 from trainflow.params import PipelineParams
 from trainflow.predict import CONFIG, WEIGHTS
 
 
-def model_config(params: PipelineParams, pre: Preprocessor) -> dict[str, Any]:
-    """The model's JSON config: what build_model() needs to rebuild it at evaluation and prediction."""
+def model_config(params: PipelineParams, pre: Preprocessor, pretrained: Path | None = None) -> dict[str, Any]:
+    """The model's JSON config: what build_model() needs to rebuild it at evaluation and prediction. `pretrained`: the
+    directory of model.name hf:... (`trainflow.models.hf.resolve`)."""
     m = params.model
     name = m.name
+    if hf.is_hf(name):
+        if not pre.text_column or pretrained is None:
+            raise UserError(f"model.name {name} fine-tunes a pretrained model on text: set data.text_column")
+        outputs = len(pre.classes) if pre.task == "classification" else 1
+        settings = hf.config(pretrained, pre.classes, outputs, params.features.max_length)
+        return {"name": hf.NAME, "out_features": outputs, **settings, "pretrained": str(pretrained)} | m.kwargs
     if name == "auto":
-        name = "text_transformer" if pre.text_column else "mlp"
+        name = "text_transformer" if pre.text_column else "cnn" if pre.image_column else "mlp"
     outputs = len(pre.classes) if pre.task == "classification" else 1
     if name == "mlp" and pre.text_column:
         raise UserError(
@@ -31,6 +39,11 @@ def model_config(params: PipelineParams, pre: Preprocessor) -> dict[str, Any]:
         )
     if name == "text_transformer" and not pre.text_column:
         raise UserError("model.name text_transformer needs text: set data.text_column (or use model.name: auto)")
+    if name in ("mlp", "text_transformer") and pre.image_column:
+        raise UserError(f"model.name {name} does not take images (column {pre.image_column!r}); use cnn (or auto)")
+    if name == "cnn" and not pre.image_column:
+        raise UserError("model.name cnn needs images: a folder of class folders, builtin:digits_images or "
+                        "data.image_column (or use model.name: auto)")  # fmt: skip
     config: dict[str, Any] = {"name": name, "out_features": outputs}
     if name == "text_transformer":
         config |= {
@@ -41,6 +54,10 @@ def model_config(params: PipelineParams, pre: Preprocessor) -> dict[str, Any]:
             "n_layers": m.n_layers,
             "dropout": m.dropout,
         }
+    elif pre.image_column:  # the cnn, or a user model of images
+        config |= {"in_channels": pre.image_channels, "image_size": pre.image_size}
+        if name == "cnn":
+            config |= {"channels": m.cnn_channels, "blocks": m.cnn_blocks, "norm": m.cnn_norm}
     else:
         config["in_features"] = pre.width
         if name == "mlp":
@@ -56,7 +73,11 @@ def export(
     summary: dict[str, Any],
     dest: Path,
 ) -> None:
-    """models/final: weights as safetensors, model config and preprocessing as JSON. Nothing here is pickled."""
+    """models/final: weights as safetensors, model config and preprocessing as JSON. Nothing here is pickled.
+
+    A pretrained model's config loses `pretrained` (where its starting weights were): the weights exported replace
+    them, so predicting and serving need no copy of that directory (training.json records it)."""
+    config = {k: v for k, v in config.items() if k != "pretrained"}
     with atomic_dir(dest) as tmp:
         save_file({k: v.detach().cpu().contiguous() for k, v in weights.items()}, str(tmp / WEIGHTS))
         write_json(tmp / CONFIG, config)

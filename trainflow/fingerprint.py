@@ -1,6 +1,6 @@
-"""What a checkpoint must match to be resumed: the training params that change the weights, the model and its code,
-the seed, the data and the training code. A changed learning rate or a fixed engine retrains; a changed log interval
-or number of processes resumes."""
+"""What a checkpoint must match to be resumed: the training params that change the weights, the model and its code
+(and a pretrained model's files), the seed, the data and the training code. A changed learning rate or a fixed engine
+retrains; a changed log interval or number of processes resumes."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from trainflow.errors import UserError
 from trainflow.io import sha256_files, sha256_json
-from trainflow.models import source_files, source_hash
+from trainflow.models import hf, source_files, source_hash
 from trainflow.params import PipelineParams
 from trainflow.paths import SPLITS, Paths
 
@@ -26,6 +26,8 @@ NOT_IN_FINGERPRINT = {
     "world_size",
     "strategy",
     "backend",
+    # batch_size auto's memory limit only picks how a global batch is split: exact accumulation makes the same update.
+    "memory_budget_mb",
 }
 
 
@@ -64,11 +66,13 @@ def model_code_hash(params: PipelineParams, root: Path) -> str:
 def fingerprint(params: PipelineParams, data: str, root: Path) -> str:
     """What a checkpoint must match to be resumed: training params, model and its code, seed, data, training code."""
     train = params.train.model_dump(exclude=NOT_IN_FINGERPRINT)
+    pretrained = hf.directory_hash(hf.resolve(params.model.name, root)) if hf.is_hf(params.model.name) else None
     return sha256_json(
         {
             "seed": params.seed,
             "model": params.model.model_dump(),
             "model_code": model_code_hash(params, root),
+            "pretrained": pretrained,  # hf: the starting weights and the tokenizer
             "features": params.features.model_dump(),
             "train": train,
             "data": data,

@@ -6,6 +6,7 @@ contents, validates the result and raises ParamsError listing every problem with
 
 from __future__ import annotations
 
+import os
 import re
 import warnings
 from pathlib import Path
@@ -21,15 +22,17 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_default=True)
 
 
-BUILTIN_DATASETS = ("digits", "iris", "wine", "breast_cancer", "diabetes")
+# digits_images: the digits as 8x8 grayscale images (pixel values 0..16), for the cnn.
+BUILTIN_DATASETS = ("digits", "iris", "wine", "breast_cancer", "diabetes", "digits_images")
 
 
 class DataParams(Section):
     source: str = Field(
         "builtin:digits",
         description="Where the raw data comes from: a file, a glob (data/raw/*.csv) or a directory of files of one "
-        "format, relative to the project root; or builtin:<name> for a dataset that ships inside scikit-learn "
-        "(digits, iris, wine, breast_cancer, diabetes).",
+        "format, relative to the project root; a directory of class folders of images (<dir>/<class>/<file>.png, "
+        ".jpg): an image column and the target = the folder's name; or builtin:<name> for a dataset that ships inside "
+        "scikit-learn (digits, iris, wine, breast_cancer, diabetes; digits_images = digits as 8x8 images).",
     )
     format: Literal["auto", "csv", "tsv", "parquet", "jsonl"] = Field(
         "auto", description="File format; auto = from the extension (.csv, .tsv/.tab, .parquet/.pq, .jsonl/.ndjson)."
@@ -67,6 +70,12 @@ class DataParams(Section):
         description="A free-text column to model with the text transformer (tokenized by a subword tokenizer "
         "trained on the train split); null = no text. With a text column the other features are not used.",
     )
+    image_column: str | None = Field(
+        None,
+        description="A column of image file paths (PNG, JPEG, ...; relative to the table file's folder, or absolute) "
+        "to model with the cnn; ingest stores each image's bytes in the table. With a folder of class folders it "
+        "names the image column (null = image). With an image column the other features are not used.",
+    )
     missing: Literal["impute", "drop", "error"] = Field(
         "impute",
         description="Missing feature values: impute (train median/mean plus a missing indicator, or an unknown "
@@ -96,6 +105,8 @@ class DataParams(Section):
             raise ValueError("data.columns names the columns of header-less files: set data.header: false too")
         if self.text_column is not None and self.text_column == self.target:
             raise ValueError("data.text_column is the target column; name the text feature")
+        if self.image_column is not None and self.image_column in (self.target, self.text_column):
+            raise ValueError("data.image_column is the target or the text column; name the column of image paths")
         if self.source.startswith("builtin:") and self.source.removeprefix("builtin:") not in BUILTIN_DATASETS:
             raise ValueError(
                 f"data.source: unknown built-in dataset; choose one of builtin:{', builtin:'.join(BUILTIN_DATASETS)}"
@@ -137,6 +148,18 @@ class SplitParams(Section):
         return self
 
 
+class AugmentParams(Section):
+    """Random changes to each train image, per sample and epoch (features.augment)."""
+
+    shift: int = Field(
+        0,
+        ge=0,
+        description="Pad by this many pixels (zeros) and crop back at a random offset: shifts of up to +-shift pixels.",
+    )
+    flip: bool = Field(False, description="Mirror left-right with probability 1/2 (off for digits and text).")
+    rotate: float = Field(0.0, ge=0, le=180, description="Rotate by a random angle in [-rotate, rotate] degrees.")
+
+
 class FeatureParams(Section):
     """Preprocessing, fitted on the train split by the train stage and saved with the model."""
 
@@ -149,8 +172,34 @@ class FeatureParams(Section):
     missing_indicators: bool = Field(
         True, description="Add a 0/1 column per numeric feature that had missing values in train."
     )
-    vocab_size: int = Field(8000, ge=100, description="Text: subword vocabulary size of the tokenizer.")
-    max_length: int = Field(128, ge=8, description="Text: tokens kept per text (longer texts are truncated).")
+    vocab_size: int = Field(
+        8000, ge=100, description="Text: subword vocabulary size of the tokenizer (hf: models bring their own)."
+    )
+    max_length: int = Field(
+        128,
+        ge=8,
+        description="Text: tokens kept per text (longer texts are truncated); with an hf: model, its special tokens "
+        "included.",
+    )
+    image_size: int | list[int] | None = Field(
+        None,
+        description="Images: [height, width] (or one number for squares) every image is resized to (bilinear); "
+        "null = keep the train images' size, which must then be the same for all (a different one is an error "
+        "naming the file).",
+    )
+    augment: AugmentParams = Field(
+        default_factory=lambda: AugmentParams.model_validate({}),
+        description="Images: random augmentation of the train split only (drawn per sample from seed, epoch and "
+        "sample index, so a resumed run is bit-identical); off by default.",
+    )
+
+    @field_validator("image_size")
+    @classmethod
+    def _size(cls, v: int | list[int] | None) -> int | list[int] | None:
+        sizes = [v] if isinstance(v, int) else v
+        if sizes is not None and (len(sizes) != 2 and not isinstance(v, int) or any(s < 1 for s in sizes)):
+            raise ValueError(f"must be null, a positive number or [height, width] of positive numbers, got {v!r}")
+        return v
 
 
 MODEL_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -160,9 +209,12 @@ BUILTIN_MODEL_CODE = "trainflow/models"
 class ModelParams(Section):
     name: str = Field(
         "auto",
-        description="auto (text_transformer when data.text_column is set, else mlp), mlp (a multilayer perceptron "
-        "for tables), text_transformer (a Transformer encoder for text), or a user model by import path "
-        "package.module:Class, built with `kwargs`.",
+        description="auto (text_transformer when data.text_column is set, cnn for images, else mlp), mlp (a "
+        "multilayer perceptron for tables), text_transformer (a Transformer encoder for text), cnn (a small "
+        "residual convolutional net for images), hf:<directory or hub id> (a pretrained Hugging Face Transformers "
+        "model fine-tuned on data.text_column with its own tokenizer: a save_pretrained directory, relative to the "
+        "project or absolute, or a hub id in the local Hugging Face cache; nothing is downloaded), or a user model "
+        "by import path package.module:Class, built with `kwargs`.",
     )
     hidden_sizes: list[int] = Field(
         default_factory=lambda: [256, 128], min_length=1, description="mlp: width of each hidden layer."
@@ -171,6 +223,18 @@ class ModelParams(Section):
     d_model: int = Field(128, ge=8, description="text_transformer: width of token representations.")
     n_heads: int = Field(4, ge=1, description="text_transformer: attention heads; must divide d_model.")
     n_layers: int = Field(2, ge=1, description="text_transformer: encoder blocks.")
+    cnn_channels: list[int] = Field(
+        default_factory=lambda: [32, 64],
+        min_length=1,
+        description="cnn: channels of each stage (the first after a 3x3 conv stem); every stage after the first "
+        "halves the height and width.",
+    )
+    cnn_blocks: int = Field(1, ge=1, description="cnn: residual blocks (two 3x3 convs and a skip) per stage.")
+    cnn_norm: Literal["batch", "group"] = Field(
+        "batch",
+        description="cnn: normalisation after each conv: batch (BatchNorm; statistics of the batch in training, "
+        "running averages at evaluation) or group (GroupNorm, 8 groups; the same in both, any batch size).",
+    )
     kwargs: dict[str, Any] = Field(
         default_factory=dict,
         description="Extra keyword arguments for the model's constructor (user models; overrides for built-ins).",
@@ -185,16 +249,21 @@ class ModelParams(Section):
 
     @model_validator(mode="after")
     def _valid(self) -> ModelParams:
-        if self.name not in ("auto", "mlp", "text_transformer") and not MODEL_PATH.match(self.name):
+        hf = self.name.startswith("hf:")
+        if hf and not self.name[3:].strip():
+            raise ValueError("model.name hf: needs the model's directory or hub id after it, e.g. hf:models/tiny-bert")
+        if self.name not in ("auto", "mlp", "text_transformer", "cnn") and not hf and not MODEL_PATH.match(self.name):
             raise ValueError(
-                "model.name must be auto, mlp, text_transformer or an import path package.module:Class, "
-                f"got {self.name!r}"
+                "model.name must be auto, mlp, text_transformer, cnn, hf:<directory> or an import path "
+                f"package.module:Class, got {self.name!r}"
             )
         if any(h <= 0 for h in self.hidden_sizes):
             raise ValueError(f"model.hidden_sizes must all be positive, got {self.hidden_sizes}")
+        if any(c <= 0 for c in self.cnn_channels):
+            raise ValueError(f"model.cnn_channels must all be positive, got {self.cnn_channels}")
         if self.d_model % self.n_heads:
             raise ValueError(f"model.n_heads ({self.n_heads}) must divide model.d_model ({self.d_model})")
-        if MODEL_PATH.match(self.name) and self.code == BUILTIN_MODEL_CODE:
+        if not hf and MODEL_PATH.match(self.name) and self.code == BUILTIN_MODEL_CODE:
             module = self.name.partition(":")[0]
             raise ValueError(
                 f"model.name {self.name!r} is your model: set model.code to its source so that editing it retrains, "
@@ -203,11 +272,46 @@ class ModelParams(Section):
         return self
 
 
+Monitor = Literal["val_loss", "val_accuracy", "val_ece", "val_roc_auc", "val_pr_auc", "val_rmse", "val_r2"]
+MINIMIZED = ("val_loss", "val_rmse", "val_ece")  # the validation metrics that are better lower
+RANKED = ("val_roc_auc", "val_pr_auc")  # computed only when train.monitor is one of them (they keep every score)
+
+
+class ParamGroupRule(Section):
+    """Optimizer settings for the parameters whose names match `match` (see train.param_groups)."""
+
+    match: str = Field(min_length=1, description="Glob on parameter names (fnmatch), e.g. 'encoder.layer.0.*'.")
+    lr_scale: float = Field(1.0, gt=0, description="The scheduled learning rate times this, for these parameters.")
+    weight_decay: float | None = Field(
+        None, ge=0, description="Weight decay of these parameters (all of them, biases too); null = train's rule."
+    )
+
+
 class TrainParams(Section):
     epochs: int = Field(40, ge=1, description="Maximum number of passes over the training split.")
-    batch_size: int = Field(64, ge=1, description="Micro-batch size: samples per forward/backward pass.")
+    batch_size: int | Literal["auto"] = Field(
+        64,
+        description="Micro-batch size per process: samples per forward/backward pass. auto (with global_batch) = the "
+        "largest that fits (CUDA: probed; CPU: within memory_budget_mb) among the divisors of global_batch / "
+        "world_size, with accumulate making up the rest exactly.",
+    )
     accumulate: int = Field(
         1, ge=1, description="Micro-batches per optimizer update; an update sees batch_size * accumulate samples."
+    )
+    global_batch: int | None = Field(
+        None,
+        ge=1,
+        description="Samples per optimizer update over all processes: batch_size * accumulate * world_size. Needed "
+        "by batch_size auto, which keeps it exact on any machine; with a fixed batch_size it must equal that product "
+        "(a check). null = whatever the product is.",
+    )
+    memory_budget_mb: float | None = Field(
+        None,
+        gt=0,
+        description="batch_size auto: the most memory (MiB, 2**20 bytes) one micro-batch may take: parameters, "
+        "gradients, optimizer state and the activations saved for backward (CPU: estimated from small "
+        "forward/backward passes; CUDA: the probe's measured peak, within the GPU's memory anyway). null = no limit "
+        "on CPU (the whole global batch at once), the GPU's memory on CUDA.",
     )
     optimizer: Literal["adamw", "sgd"] = Field(
         "adamw", description="adamw, or sgd with momentum; weight decay never applies to biases and norm weights."
@@ -220,6 +324,44 @@ class TrainParams(Section):
     )
     momentum: float = Field(0.9, ge=0, lt=1, description="sgd: momentum.")
     weight_decay: float = Field(0.01, ge=0, description="Decoupled weight decay (not applied to biases and norms).")
+    layer_decay: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="Layer-wise learning-rate decay (text_transformer and hf: models): the head learns at the "
+        "scheduled rate, each layer below it at this factor times the one above (layer l of L: "
+        "layer_decay**(L + 1 - l), the embeddings l = 0); null = one rate for all.",
+    )
+    param_groups: list[ParamGroupRule] = Field(
+        default_factory=list,
+        description="Optimizer settings for parameters by name: a list of {match: glob on parameter names "
+        "(e.g. 'encoder.*'), lr_scale, weight_decay}; the first rule matching a parameter applies (times "
+        "layer_decay's factor). A rule that matches no parameter is an error listing the model's parameter names.",
+    )
+    label_smoothing: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="Classification: the training loss's targets put this much probability on the other classes "
+        "(val_loss and the test metrics stay the plain cross-entropy).",
+    )
+    class_weights: Literal["none", "balanced"] = Field(
+        "none",
+        description="Classification: weigh each sample's training loss by its class: balanced = n / (classes * "
+        "count of the class) over the train split (sklearn's definition; saved in training.json with the model).",
+    )
+    ema_decay: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="Keep an exponential moving average of the weights (ema = decay * ema + (1 - decay) * weights, "
+        "after each applied update); validation, the best checkpoint and the exported model use it. null = off.",
+    )
+    activation_checkpointing: bool = Field(
+        False,
+        description="text_transformer and hf: models: keep only each layer's input for backward and recompute the "
+        "rest (less activation memory for about one more forward pass; the same gradients).",
+    )
     schedule: Literal["constant", "cosine", "linear", "one_cycle", "plateau"] = Field(
         "cosine",
         description="Learning rate over optimizer updates: constant, cosine or linear decay to min_lr after a linear "
@@ -252,11 +394,16 @@ class TrainParams(Section):
     eval_every: int | None = Field(
         None, ge=1, description="Evaluate on the val split every this many optimizer updates; null = once per epoch."
     )
-    monitor: Literal["val_loss", "val_accuracy", "val_rmse", "val_r2"] = Field(
-        "val_loss", description="Validation metric for early stopping, the best checkpoint and the plateau schedule."
+    monitor: Monitor = Field(
+        "val_loss",
+        description="Validation metric for early stopping, the best checkpoint and the plateau schedule. "
+        "Classification: val_loss, val_accuracy, val_ece (expected calibration error), val_roc_auc, val_pr_auc "
+        "(average precision; binary: of class index 1, else the macro one-vs-rest average; one label per sample "
+        "only, and only computed when monitored); regression: val_loss, val_rmse, val_r2.",
     )
     mode: Literal["auto", "min", "max"] = Field(
-        "auto", description="Whether `monitor` should go down (min) or up (max); auto: min for loss/rmse, else max."
+        "auto",
+        description="Whether `monitor` should go down (min) or up (max); auto: min for loss/rmse/ece, else max.",
     )
     patience: int = Field(
         8,
@@ -314,12 +461,36 @@ class TrainParams(Section):
     )
     progress: bool = Field(True, description="Show a progress bar on stderr.")
 
-    @field_validator("world_size")
+    @field_validator("world_size", "batch_size")
     @classmethod
     def _positive_world(cls, v: int | str) -> int | str:
         if isinstance(v, int) and v < 1:
             raise ValueError(f"must be at least 1 (or auto), got {v}")
         return v
+
+    @model_validator(mode="after")
+    def _global_batch(self) -> TrainParams:
+        if self.batch_size == "auto":
+            if self.global_batch is None:
+                raise ValueError(
+                    "train.batch_size auto needs train.global_batch (the samples per optimizer update to keep, "
+                    "e.g. global_batch: 64); set it, or set batch_size to a number"
+                )
+            if self.accumulate != 1:
+                raise ValueError(
+                    f"train.accumulate ({self.accumulate}): batch_size auto chooses it (global_batch / world_size / "
+                    "batch_size); leave accumulate at 1, or set batch_size to a number"
+                )
+        elif (world := _known_world_size(self.world_size)) and (problem := global_batch_problem(self, world)):
+            raise ValueError(problem)
+        return self
+
+    @property
+    def micro_batch(self) -> int:
+        """batch_size as the engine sees it: a number (the train stage's setup() resolves auto before training)."""
+        if not isinstance(self.batch_size, int):
+            raise TypeError("train.batch_size auto must be resolved (trainflow.engine.batch_size.resolve) first")
+        return self.batch_size
 
     @model_validator(mode="after")
     def _floor_below_peak(self) -> TrainParams:
@@ -329,7 +500,28 @@ class TrainParams(Section):
 
     @property
     def minimize(self) -> bool:
-        return self.mode == "min" or (self.mode == "auto" and self.monitor in ("val_loss", "val_rmse"))
+        return self.mode == "min" or (self.mode == "auto" and self.monitor in MINIMIZED)
+
+
+def _known_world_size(world_size: int | str) -> int | None:
+    """The number of processes, when the params alone say it: not auto, and not under torchrun (its WORLD_SIZE wins;
+    the train stage checks global_batch again with the real number)."""
+    launched = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    return world_size if isinstance(world_size, int) and not launched else None
+
+
+def global_batch_problem(train: TrainParams, world: int) -> str | None:
+    """Why a fixed batch_size disagrees with train.global_batch on `world` processes, or None when it agrees."""
+    if train.global_batch is None or not isinstance(train.batch_size, int):
+        return None
+    product = train.batch_size * train.accumulate * world
+    if product == train.global_batch:
+        return None
+    return (
+        f"train.global_batch ({train.global_batch}) is not train.batch_size * train.accumulate * world size "
+        f"({train.batch_size} * {train.accumulate} * {world} = {product}); make them agree, set global_batch: null, "
+        "or set batch_size: auto to have batch_size and accumulate chosen for it"
+    )
 
 
 class EvaluateParams(Section):
@@ -341,15 +533,16 @@ class EvaluateParams(Section):
     )
 
 
-GateMetric = Literal["auto", "accuracy", "f1_macro", "log_loss", "r2", "rmse", "mae"]
+GateMetric = Literal["auto", "accuracy", "f1_macro", "log_loss", "roc_auc", "pr_auc", "ece", "r2", "rmse", "mae"]
 
 
 class RegisterParams(Section):
     model_name: str = Field("trainflow-digits", min_length=1, description="Registered model name in MLflow.")
     gate_metric: GateMetric = Field(
         "auto",
-        description="Test metric that decides whether a new version becomes the champion: accuracy, f1_macro or "
-        "log_loss (classification), r2, rmse or mae (regression); auto = accuracy or r2.",
+        description="Test metric that decides whether a new version becomes the champion: accuracy, f1_macro, "
+        "log_loss, roc_auc, pr_auc or ece (classification; log_loss and ece lower is better), r2, rmse or mae "
+        "(regression); auto = accuracy or r2.",
     )
     min_delta: float = Field(
         0.0, ge=0, description="The new version must beat the champion by more than this to take the alias."
@@ -363,6 +556,11 @@ class RegisterParams(Section):
 
 class TrackingParams(Section):
     experiment: str = Field("trainflow", min_length=1, description="MLflow experiment name for training runs.")
+    tensorboard: bool = Field(
+        False,
+        description="Also write the training metrics as TensorBoard event files under reports/tensorboard/, a "
+        "subfolder per run (sweep trials: tune/<study>/trial_NNNN/); `tensorboard --logdir reports/tensorboard`.",
+    )
 
 
 DEFAULT_CRON = "0 3 * * *"
@@ -487,13 +685,13 @@ class TuneParams(Section):
         12, ge=1, description="Total number of trials of the study, across restarts, workers and machines."
     )
     workers: int = Field(2, ge=1, description="Trials run at the same time by one `trainflow tune` (processes).")
-    metric: Literal["auto", "val_loss", "val_accuracy", "val_rmse", "val_r2"] = Field(
+    metric: Literal["auto"] | Monitor = Field(
         "auto",
         description="Validation metric to optimise, reported at every evaluation (for pruning); a trial's value is "
-        "it at the trial's best checkpoint. auto = train.monitor.",
+        "it at the trial's best checkpoint. auto = train.monitor (val_roc_auc and val_pr_auc only as train.monitor).",
     )
     direction: Literal["auto", "minimize", "maximize"] = Field(
-        "auto", description="auto: as train.mode for train.monitor; minimize for loss/rmse, maximize otherwise."
+        "auto", description="auto: as train.mode for train.monitor; minimize for loss/rmse/ece, maximize otherwise."
     )
     sampler: Literal["tpe", "random", "grid"] = Field(
         "tpe",

@@ -74,12 +74,23 @@ class Paths:
         return self.reports / "metrics.json"
 
     @property
+    def per_class(self) -> Path:
+        """evaluate's precision, recall, F1 and support of each class on the test split (header only: regression)."""
+        return self.reports / "per_class.csv"
+
+    @property
     def train_run(self) -> Path:
         return self.reports / "train_run.json"
 
     @property
     def plots(self) -> Path:
         return self.reports / "plots"
+
+    @property
+    def tensorboard(self) -> Path:
+        """tracking.tensorboard: event files, a subfolder per run (tune/<study>/trial_NNNN/... for sweep trials).
+        Not a DVC output (runs accumulate here; DVC would delete them before each run) and not in git (/reports/)."""
+        return self.reports / "tensorboard"
 
     @property
     def test_plots(self) -> Path:

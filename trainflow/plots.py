@@ -132,3 +132,72 @@ def history_frame(history: list[dict[str, float]]) -> pd.DataFrame:
     first, last = ["update", "epoch", "train_loss"], ["lr"]
     middle = sorted(c for c in frame.columns if c not in first + last)
     return frame[[c for c in [*first, *middle, *last] if c in frame.columns]]
+
+
+MAX_CURVES = 10  # ROC and PR curves: one per class, for at most this many (the most frequent in the test labels)
+MAX_POINTS = 1000  # points kept per curve in the CSVs (a PR curve has one per distinct score)
+ROC_COLUMNS = ["class", "fpr", "tpr", "threshold"]
+PR_COLUMNS = ["class", "recall", "precision", "threshold"]
+
+
+def curve_classes(labels: np.ndarray, k: int) -> list[int]:
+    """The classes to draw curves for: binary, the positive class (index 1); else one-vs-rest for the MAX_CURVES
+    most frequent classes of `labels` (a class without a test row has no curve)."""
+    if k == 2:
+        return [1] if 0 < (labels == 1).sum() < len(labels) else []
+    support = np.bincount(labels, minlength=k)
+    return [int(c) for c in np.argsort(-support, kind="stable")[:MAX_CURVES] if 0 < support[c] < len(labels)]
+
+
+def _thin(frame: pd.DataFrame) -> pd.DataFrame:
+    if len(frame) <= MAX_POINTS:
+        return frame
+    return frame.iloc[np.unique(np.linspace(0, len(frame) - 1, MAX_POINTS).round().astype(int))]
+
+
+def curves(labels: np.ndarray, proba: np.ndarray, classes: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(ROC, precision-recall) points of `curve_classes`, one row per point (ROC_COLUMNS, PR_COLUMNS), for DVC.
+
+    The ROC curve starts at threshold inf (nothing predicted positive); the PR curve ends at recall 0, precision 1
+    (no threshold). Long curves are thinned to MAX_POINTS evenly spaced points."""
+    from sklearn.metrics import precision_recall_curve, roc_curve
+
+    roc, pr = [], []
+    for c in curve_classes(labels, proba.shape[1]):
+        fpr, tpr, at = roc_curve(labels == c, proba[:, c])
+        roc.append(_thin(pd.DataFrame({"class": classes[c], "fpr": fpr, "tpr": tpr, "threshold": at})))
+        precision, recall, at = precision_recall_curve(labels == c, proba[:, c])
+        at = np.append(at, np.nan)  # the last point (recall 0) has no threshold
+        pr.append(_thin(pd.DataFrame({"class": classes[c], "recall": recall, "precision": precision, "threshold": at})))
+    return (
+        pd.concat(roc, ignore_index=True) if roc else pd.DataFrame(columns=ROC_COLUMNS),
+        pd.concat(pr, ignore_index=True) if pr else pd.DataFrame(columns=PR_COLUMNS),
+    )
+
+
+def roc_pr_curves(labels: np.ndarray, proba: np.ndarray, classes: list[str], png: Path) -> None:
+    """ROC (left) and precision-recall (right) curves of `curve_classes`, each labelled with its area."""
+    from sklearn.metrics import average_precision_score, roc_auc_score
+
+    plt = _figure()
+    roc, pr = curves(labels, proba, classes)
+    fig, (ax_roc, ax_pr) = plt.subplots(1, 2, figsize=(10, 4.5))
+    ax_roc.plot([0, 1], [0, 1], color="grey", linestyle="--", linewidth=1)
+    k = proba.shape[1]
+    for c in curve_classes(labels, k):
+        name, hit = classes[c], labels == c
+        points = roc[roc["class"] == name]
+        ax_roc.plot(points["fpr"], points["tpr"], label=f"{name} (AUC {roc_auc_score(hit, proba[:, c]):.3f})")
+        points = pr[pr["class"] == name]
+        ap = average_precision_score(hit, proba[:, c])
+        ax_pr.plot(points["recall"], points["precision"], drawstyle="steps-post", label=f"{name} (AP {ap:.3f})")
+    which = "positive class" if k == 2 else "one vs rest" if k <= MAX_CURVES else f"top {MAX_CURVES} of {k} classes"
+    ax_roc.set(xlabel="false positive rate", ylabel="true positive rate", title=f"ROC (test, {which})")
+    ax_pr.set(xlabel="recall", ylabel="precision", title=f"Precision-recall (test, {which})", ylim=(0, 1.02))
+    if len(roc):
+        ax_roc.legend(fontsize=8, loc="lower right")
+        ax_pr.legend(fontsize=8, loc="lower left")
+    fig.tight_layout()
+    with atomic_path(png) as tmp:
+        fig.savefig(tmp, format="png", dpi=100, metadata={"Software": None})
+    plt.close(fig)

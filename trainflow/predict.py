@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 from torch import nn
 
 from trainflow.data.preprocess import Preprocessor
-from trainflow.engine.data import Batch, TensorData, TextData
+from trainflow.engine.data import Batch, ImageData, TensorData, TextData
 from trainflow.errors import UserError
 from trainflow.io import read_json
 from trainflow.models import build_model, user_source
@@ -25,10 +25,16 @@ WEIGHTS, CONFIG = "model.safetensors", "model.json"
 # Rows scored per forward pass, by evaluate (evaluate.batch_size), `trainflow predict` and the served model alike:
 # the same batches give bit-identical outputs, so a prediction can be checked against what evaluate scored.
 BATCH_SIZE = 1024
+# Images whose decoded pixels take at most this many bytes are decoded once, up front; more are decoded batch by batch
+# in a background thread (ImageData).
+DECODE_ONCE_BYTES = 1 << 30
 
 
-def model_inputs(pre: Preprocessor, frame: pd.DataFrame, where: str, with_labels: bool) -> TensorData | TextData:
-    """The engine's dataset for `frame`: token sequences when the schema has a text column, else the feature matrix."""
+def model_inputs(
+    pre: Preprocessor, frame: pd.DataFrame, where: str, with_labels: bool, base: Path | None = None
+) -> TensorData | TextData | ImageData:
+    """The engine's dataset for `frame`: token sequences when the schema has a text column, images when it has an image
+    column (paths relative to `base`, default the working directory), else the feature matrix."""
     if with_labels:
         y = torch.from_numpy(
             pre.scale_target(pre.labels(frame, where)) if pre.task == "regression" else pre.labels(frame, where)
@@ -36,8 +42,22 @@ def model_inputs(pre: Preprocessor, frame: pd.DataFrame, where: str, with_labels
     else:
         y = torch.zeros(len(frame), dtype=torch.long)
     if pre.text_column is not None:
-        return TextData([torch.from_numpy(t) for t in pre.tokens(frame)], y)
+        return TextData([torch.from_numpy(t) for t in pre.tokens(frame, where)], y, pad_id=pre.pad_id)
+    if pre.image_column is not None:
+        return image_inputs(pre, frame, y, where, base)
     return TensorData(torch.from_numpy(pre.features(frame, where)), y)
+
+
+def image_inputs(pre: Preprocessor, frame: pd.DataFrame, y: torch.Tensor, where: str, base: Path | None) -> ImageData:
+    values, names = pre.image_source(frame, where, base)
+    channels, (height, width) = pre.image_channels, pre.image_size
+    if len(values) * channels * height * width <= DECODE_ONCE_BYTES:
+        return ImageData(torch.from_numpy(pre.decode(values, names, where)), y, pre.image_mean, pre.image_std)
+
+    def decode(rows: list[int]) -> torch.Tensor:
+        return torch.from_numpy(pre.decode([values[i] for i in rows], [names[i] for i in rows], where))
+
+    return ImageData(decode, y, pre.image_mean, pre.image_std)
 
 
 @dataclass
@@ -57,9 +77,12 @@ class ExportedModel:
         return cls(model, Preprocessor.load(directory))
 
     @torch.no_grad()
-    def outputs(self, frame: pd.DataFrame, batch_size: int = BATCH_SIZE, where: str = "input") -> np.ndarray:
-        """Raw model outputs in float64: class probabilities (softmax) or regression values (in target units)."""
-        data = model_inputs(self.pre, frame, where, with_labels=False)
+    def outputs(
+        self, frame: pd.DataFrame, batch_size: int = BATCH_SIZE, where: str = "input", base: Path | None = None
+    ) -> np.ndarray:
+        """Raw model outputs in float64: class probabilities (softmax) or regression values (in target units). Image
+        paths are relative to `base` (default: the working directory)."""
+        data = model_inputs(self.pre, frame, where, with_labels=False, base=base)
         parts = []
         for start in range(0, len(data), batch_size):
             batch: Batch = data.batch(torch.arange(start, min(start + batch_size, len(data))))
@@ -72,9 +95,11 @@ class ExportedModel:
         values = torch.cat(parts).numpy()
         return values if self.pre.task == "classification" else self.pre.unscale_target(values)
 
-    def predict_frame(self, frame: pd.DataFrame, batch_size: int = BATCH_SIZE, where: str = "input") -> pd.DataFrame:
+    def predict_frame(
+        self, frame: pd.DataFrame, batch_size: int = BATCH_SIZE, where: str = "input", base: Path | None = None
+    ) -> pd.DataFrame:
         """The input rows plus `prediction` (and one `proba_<class>` column per class for classification)."""
-        values = self.outputs(frame, batch_size, where)
+        values = self.outputs(frame, batch_size, where, base)
         out = frame.copy()
         if self.pre.task == "regression":
             out["prediction"] = values

@@ -22,7 +22,7 @@ from urllib.parse import unquote, urlparse
 
 from trainflow.params import RegisterParams
 
-MINIMIZE = {"log_loss", "rmse", "mae"}  # gate metrics where lower is better; every other one is higher-is-better
+MINIMIZE = {"log_loss", "ece", "rmse", "mae"}  # gate metrics where lower is better; every other one is higher-is-better
 CHAMPION, CHALLENGER = "champion", "challenger"
 TEST_HASH_TAG = "test_data_hash"
 DECISION_TAG = "registry_decision"

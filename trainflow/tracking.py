@@ -1,20 +1,23 @@
 """MLflow tracking: where runs go, the training run (which never lets tracking fail training), the logger that keeps
 MLflow off the training hot path, and the registered model's pyfunc.
 
-The engine talks to the Logger protocol (`log(metrics, step)`, `close()`); this module is the MLflow side of it.
-mlflow is imported lazily so the CLI starts fast.
+The engine talks to the Logger protocol (`log(metrics, step)`, `close()`); this module is the MLflow side of it, and
+with tracking.tensorboard a TensorBoard logger beside it (`loggers`). mlflow and tensorboard are imported lazily so
+the CLI starts fast.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
 import time
+import uuid
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from trainflow.io import sha256_files, write_json
 
@@ -229,6 +232,95 @@ class MLflowLogger:
             print(f"warning: {message}", file=sys.stderr)
 
 
+class Logger(Protocol):
+    """The engine's logger protocol (trainflow.engine.trainer.Logger), restated: tracking does not import the engine."""
+
+    def log(self, metrics: dict[str, float], step: int) -> None: ...
+    def close(self) -> None: ...
+
+
+class TensorBoardLogger:
+    """Writes metrics as TensorBoard scalars into `log_dir` (torch's SummaryWriter, imported on first use: it is
+    heavy). Like MLflowLogger it never fails training: the first error (opening, writing or closing) warns once and
+    turns it off; the other loggers go on. SummaryWriter queues events and writes them from its own thread."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.error: str | None = None
+        self._writer: Any = None
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(log_dir=str(log_dir))
+        except Exception as exc:  # noqa: BLE001 - tracking must never stop training
+            self._failed("opening the event file", exc)
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        if self._writer is None:
+            return
+        try:
+            for key, value in metrics.items():
+                self._writer.add_scalar(key, float(value), step)
+        except Exception as exc:  # noqa: BLE001 - tracking must never stop training
+            self._failed("writing metrics", exc)
+
+    def close(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is None:
+            return
+        try:
+            writer.close()  # writes what is queued
+        except Exception as exc:  # noqa: BLE001 - tracking must never stop training
+            self._failed("closing the event file", exc)
+
+    def _failed(self, what: str, exc: BaseException) -> None:
+        self.error = f"{what}: {type(exc).__name__}: {exc}"
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            with contextlib.suppress(Exception):
+                writer.close()
+        MLflowLogger._warn(
+            f"TensorBoard logging to {self.log_dir} failed while {what} ({type(exc).__name__}: {exc}); training goes "
+            "on without it (MLflow still has the metrics)",
+            stacklevel=3,
+        )
+
+
+class Loggers:
+    """Several loggers as one (MLflow and TensorBoard): each gets every point, close() closes every one."""
+
+    def __init__(self, loggers: Sequence[Logger]) -> None:
+        self.loggers = list(loggers)
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        for logger in self.loggers:
+            logger.log(metrics, step)
+
+    def close(self) -> None:
+        errors = []
+        for logger in self.loggers:  # a failing one still lets the others flush
+            try:
+                logger.close()
+            except Exception as exc:  # noqa: BLE001 - re-raised below, once all are closed
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+
+def run_folder(run_id: str | None) -> str:
+    """A run's own TensorBoard subfolder: its start time (UTC, so folders sort by time) and MLflow run id (or a
+    random one when tracking is down), so reruns never write into each other's events."""
+    return f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}_{run_id or 'no-mlflow-' + uuid.uuid4().hex[:8]}"
+
+
+def loggers(run: TrainingRun, tensorboard: Path | None) -> Logger:
+    """The run's metrics logger: MLflow, plus TensorBoard in a subfolder of `tensorboard` (tracking.tensorboard)."""
+    mlflow_logger = run.logger()
+    if tensorboard is None:
+        return mlflow_logger
+    return Loggers([mlflow_logger, TensorBoardLogger(tensorboard / run_folder(run.run_id))])
+
+
 class TrainingRun:
     """The MLflow run of one training, whose failures never fail training.
 
@@ -402,7 +494,7 @@ def log_pyfunc(run_id: str, final: Path, example: Any) -> str:
 
     exported = ExportedModel.load(final)
     pre = exported.pre
-    columns = [*pre.raw_features, *([pre.text_column] if pre.text_column else [])]
+    columns = [*pre.raw_features, *[c for c in (pre.text_column, pre.image_column) if c]]  # images: paths or bytes
     inputs = example[columns]
     # Inputs of any type: the model's own preprocessing reads what `trainflow predict` reads (a table read with
     # pandas from the raw file: ints where training saw floats, "yes"/"no", dates as text, "?" and blanks). A typed
@@ -413,6 +505,9 @@ def log_pyfunc(run_id: str, final: Path, example: Any) -> str:
         outputs=infer_signature(inputs, exported.predict_frame(inputs)).outputs,
     )
     package = Path(trainflow.__file__).parent
+    requirements = [f"torch=={torch.__version__.split('+')[0]}", "safetensors", "pandas", "numpy"]
+    requirements += ["tokenizers"] if pre.text_column else ["pillow"] if pre.image_column else []
+    requirements += ["transformers"] if type(exported.model).__module__ == "trainflow.models.hf" else []
     with warnings.catch_warnings(), mlflow.start_run(run_id=run_id):
         # The signature is given; an input example would only make MLflow load and run the model once more.
         warnings.filterwarnings("ignore", message=".*An input example was not provided")  # text is ANSI-coloured
@@ -423,7 +518,7 @@ def log_pyfunc(run_id: str, final: Path, example: Any) -> str:
             code_paths=[str(package), *([source["source"]] if (source := user_source(exported.model)) else [])],
             signature=signature,
             # Listing requirements skips MLflow's ~9 s inference of them.
-            pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", "safetensors", "pandas", "numpy"],
+            pip_requirements=requirements,
         )
     client = MlflowClient()
     client.set_tag(run_id, MODEL_HASH_TAG, model_hash(final))

@@ -48,6 +48,9 @@ def exactness(tmp: str, settings: dict[str, dict[str, Any]]) -> dict[str, Any]:
             final = group.broadcast(t.final_weights)  # evaluate exactly the exported weights, on every rank
             group.load_state(t.model, None, final, None)
             metrics = t.evaluate(val, batch_size=16)  # 13 / 6 batches dealt to 2 ranks: uneven, one empty
+            if kind == "table":  # val_roc_auc/val_pr_auc: every rank's scores gathered (per-token text has none)
+                t.p = t.p.model_copy(update={"monitor": "val_roc_auc"})
+                metrics = t.evaluate(val, batch_size=16)
             if group.is_main:
                 out[f"{strategy}-{kind}"] = {
                     "weights": final,

@@ -19,6 +19,7 @@ from engine_kit import make_trainer, mlp, table, text_data, text_model
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from trainflow.engine.data import Batch, Dataset
+from trainflow.engine.objective import Objective
 
 aten = torch.ops.aten
 # Ops whose result (or output size) depends on tensor values, so a GPU must finish and copy to the host first.
@@ -104,8 +105,16 @@ def test_train_step_never_reads_the_device(
         data = text_data(n=64)
         first = model.head.weight  # type: ignore[union-attr]
     batch_size = 16 // accumulate
+    # With accumulation, also the regularisers: per-group rates, the weight EMA, a smoothed and weighted loss.
+    extras: dict[str, Any] = {}
+    if accumulate > 1:
+        groups = {"layer_decay": 0.8} if kind == "text" else {"param_groups": [{"match": "net.0.*", "lr_scale": 0.5}]}
+        extras = {**groups, "ema_decay": 0.9}
     t = make_trainer(tmp_path, model, precision=precision, optimizer=optimizer, batch_size=batch_size,
-                     accumulate=accumulate)  # fmt: skip
+                     accumulate=accumulate, **extras)  # fmt: skip
+    if accumulate > 1:
+        weights = torch.tensor([1.0, 2.0, 0.5, 1.0][: 3 if kind == "table" else 4])
+        t.objective = Objective("classification", label_smoothing=0.1, class_weights=weights)
     t.decide_on_device = True
     t.prepare(data)
     poison(first, {2}, accumulate)

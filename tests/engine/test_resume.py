@@ -80,14 +80,21 @@ PLATEAU = {"schedule": "plateau", "plateau_patience": 1, "plateau_factor": 0.5, 
 
 @pytest.mark.parametrize(
     ("precision", "seed", "overrides"),
-    [("fp32", 0, {}), ("fp32", 1, {}), ("fp16", 2, {}), ("fp32", 3, PLATEAU)],  # plateau: its state is restored too
-)
+    [
+        ("fp32", 0, {}),
+        ("fp32", 1, {}),
+        ("fp16", 2, {}),
+        ("fp32", 3, PLATEAU),
+        ("fp32", 4, {"ema_decay": 0.8}),
+        ("fp16", 5, {"ema_decay": 0.8, "layer_decay": None, "param_groups": [{"match": "net.3.*", "lr_scale": 2.0}]}),
+    ],
+)  # plateau, EMA: their states are restored too; groups: each keeps its rate
 def test_an_interrupted_run_resumes_bit_identically(
     tmp_path: Path, precision: str, seed: int, overrides: dict[str, Any]
 ) -> None:
     whole_run = run(tmp_path / "whole", precision, **overrides)
     whole = fingerprint_of(whole_run)
-    if overrides:
+    if overrides.get("schedule") == "plateau":
         assert whole_run.plateau is not None and whole_run.plateau.scale < 1  # the rate was lowered on the way
     stop = random.Random(seed).randint(4, 4 * 13 - 2)
     crashed = run(tmp_path / "resumed", precision, stop_after=stop, **overrides)

@@ -16,8 +16,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from trainflow.engine.checkpoint import CheckpointStore, load_checkpoint
+from trainflow.engine.optim import build_optimizer, plan_groups
 from trainflow.engine.schedule import lr_at
-from trainflow.engine.trainer import NonFiniteError, Trainer, build_optimizer
+from trainflow.engine.trainer import NonFiniteError, Trainer
 from trainflow.params import TrainParams
 
 OPTIMIZERS = typing.get_args(TrainParams.model_fields["optimizer"].annotation)
@@ -74,7 +75,8 @@ def test_skipped_updates_change_nothing_and_both_paths_agree_bit_for_bit(tmp_pat
 def test_every_optimizer_starts_with_the_state_its_first_update_would_create(optimizer: str) -> None:
     """A skipped first update has nothing to allocate only if the state exists beforehand, as the real one would be."""
     p = TrainParams(optimizer=optimizer)
-    ours = build_optimizer(mlp(), p, torch.tensor(p.lr))
+    specs = plan_groups(mlp(), p)
+    ours = build_optimizer(specs, p, torch.full((len(specs),), p.lr))
     fresh_model = mlp()
     # The same optimizer, same settings, initialising itself lazily on a real first update.
     accepted = inspect.signature(type(ours)).parameters

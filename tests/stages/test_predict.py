@@ -74,17 +74,32 @@ def test_predict_reproduces_evaluate_exactly(blobs_run: Paths, monkeypatch: pyte
     expected = ExportedModel.load(blobs_run.final).outputs(test)
     np.testing.assert_array_equal(proba, expected)
     # evaluate's metrics are those of these predictions, by sklearn here (not by evaluate's own functions).
-    from sklearn.metrics import accuracy_score, f1_score, log_loss
+    from sklearn.metrics import accuracy_score, average_precision_score, f1_score, log_loss, roc_auc_score
 
     truth, predicted = test["label"].to_numpy(), out["prediction"].to_numpy()
+    onehot = (truth[:, None] == np.array(["a", "b", "c"])).astype(int)
+    confidence, right = proba.max(axis=1), predicted == truth
+    bins = [(confidence > b / 15) & (confidence <= (b + 1) / 15) for b in range(15)]  # ECE by its definition
     assert read_json(blobs_run.metrics) == pytest.approx(
         {
             "accuracy": accuracy_score(truth, predicted),
             "f1_macro": f1_score(truth, predicted, average="macro"),
             "log_loss": log_loss(truth, proba, labels=["a", "b", "c"]),
+            "roc_auc": roc_auc_score(truth, proba, multi_class="ovr", labels=["a", "b", "c"]),
+            "pr_auc": average_precision_score(onehot, proba),
+            "ece": sum(abs(right[m].sum() - confidence[m].sum()) for m in bins) / len(truth),
             "n_test": len(test),
         }
     )
+    # per_class.csv: sklearn's table of the same predictions.
+    from sklearn.metrics import precision_recall_fscore_support
+
+    table = pd.read_csv(blobs_run.per_class)
+    scores = precision_recall_fscore_support(truth, predicted, labels=["a", "b", "c"], zero_division=0)
+    assert list(table["class"]) == ["a", "b", "c"]
+    np.testing.assert_allclose(table[["precision", "recall", "f1", "support"]].to_numpy().T, np.array(scores))
+    roc = pd.read_csv(blobs_run.test_plots / "roc.csv")
+    assert list(roc["class"].unique()) == sorted(["a", "b", "c"], key=lambda c: -list(truth).count(c))  # by count
 
 
 def test_predict_from_a_csv_file_and_a_model_directory(blobs_run: Paths, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -33,7 +33,7 @@ def test_pipeline_outputs_and_lineage(csv_project: Path) -> None:
     assert out["ingest"] == {"rows": 240, "features": 4, "classes": 3, "task": "classification"}
     assert sum(out["split"].values()) == 240
     metrics = read_json(paths.metrics)
-    assert set(metrics) == {"accuracy", "f1_macro", "log_loss", "n_test"}
+    assert set(metrics) == {"accuracy", "f1_macro", "log_loss", "roc_auc", "pr_auc", "ece", "n_test"}
     assert metrics["accuracy"] >= 0.9  # separable blobs
     # The exported model is safetensors + JSON only: nothing that could be unpickled.
     assert sorted(p.name for p in paths.final.iterdir()) == [
@@ -208,7 +208,7 @@ def test_a_killed_stage_leaves_every_output_whole(csv_project: Path, stage: str,
     run_all(csv_project, (stage,))  # finish the rerun: the new outputs
     finished = _snapshot(csv_project)
     outputs = {"train": ("models/final", "reports/train_run.json", "reports/plots/history.csv"),
-               "evaluate": ("reports/metrics.json", "reports/plots/test")}[stage]  # fmt: skip
+               "evaluate": ("reports/metrics.json", "reports/per_class.csv", "reports/plots/test")}[stage]  # fmt: skip
     written = [k for k in after if k.startswith(outputs)]
     assert set(written) == {k for k in before if k.startswith(outputs)}  # no output missing, none half-added
 

@@ -306,3 +306,21 @@ def test_the_default_sweep_with_a_killed_worker_then_apply_and_run(tmp_path: Pat
     assert params.train.lr == best["params"]["train.lr"]
     status = subprocess.run(["dvc", "status"], cwd=root, capture_output=True, text=True)
     assert "up to date" in status.stdout, status.stdout
+
+
+def test_a_ranked_tune_metric_must_be_the_monitor(tmp_path: Path) -> None:
+    """val_roc_auc is measured only when it is train.monitor: a sweep on it otherwise is refused up front, saying so,
+    and following the advice is accepted (the next complaint is the missing splits)."""
+    from trainflow import tune
+    from trainflow.errors import UserError
+    from trainflow.paths import Paths
+
+    root = make_project(tmp_path / "p")
+    params = load_params(root / "params.yaml", ["tune.metric=val_roc_auc"])
+    with pytest.raises(ParamsError, match=r"tune.metric.*set train.monitor: val_roc_auc"):
+        tune.check(params, Paths(root))
+    params = load_params(root / "params.yaml", ["tune.metric=val_roc_auc", "train.monitor=val_roc_auc"])
+    with pytest.raises(UserError, match="run `trainflow stage split` first"):
+        tune.check(params, Paths(root))
+    assert params.train.minimize is False  # AUCs are maximised; ece minimised
+    assert load_params(root / "params.yaml", ["train.monitor=val_ece"]).train.minimize is True

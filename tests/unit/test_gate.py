@@ -25,6 +25,10 @@ from trainflow.registry import beats, gate_metric
         (2.95, 3.0, "rmse", 0.1, False),
         (0.2, 0.3, "log_loss", 0.0, True),
         (0.4, 0.3, "mae", 0.0, False),
+        (0.02, 0.05, "ece", 0.0, True),  # calibration error: lower is better
+        (0.05, 0.02, "ece", 0.0, False),
+        (0.91, 0.90, "roc_auc", 0.0, True),  # areas: higher is better
+        (0.89, 0.90, "pr_auc", 0.0, False),
     ],
 )
 def test_beats(new: float, old: float | None, metric: str, min_delta: float, expected: bool) -> None:

@@ -58,7 +58,11 @@ def test_validation_accuracy_and_loss_by_hand() -> None:
     objective = Objective("classification")
     logits = torch.tensor([[2.0, 0.0], [0.0, 2.0], [2.0, 0.0]])
     target = torch.tensor([0, 1, 1])
-    sums = dict(zip(objective.sum_names, [float(v) for v in objective.eval_sums(logits, target, 3)]))
-    metrics = objective.metrics(sums)
+    parts = [torch.as_tensor(v, dtype=torch.float64).reshape(-1) for v in objective.eval_sums(logits, target, 3)]
+    metrics = objective.metrics(dict(zip(objective.sum_names, torch.cat(parts).tolist())))
     right, wrong = math.log(1 + math.exp(-2)), math.log(1 + math.exp(2))
-    assert metrics == pytest.approx({"val_loss": (2 * right + wrong) / 3, "val_accuracy": 2 / 3})
+    # Every prediction has confidence 1 / (1 + e^-2) = 0.881 (one bin): 2 of 3 right, ECE |2/3 - 0.881|.
+    confidence = 1 / (1 + math.exp(-2))
+    assert metrics == pytest.approx(
+        {"val_loss": (2 * right + wrong) / 3, "val_accuracy": 2 / 3, "val_ece": abs(2 / 3 - confidence)}
+    )

@@ -12,15 +12,23 @@ transforms, per feature kind (output columns in schema order, each feature's val
 - datetime: year, month, day of week, day of month, hour and days since 1970-01-01, each standardised; a missing
   timestamp takes the parts of the train median timestamp, plus the indicator as above.
 
+Images (an image column of encoded file bytes, or of paths at prediction) are decoded to 8-bit grayscale (when every
+train image is grayscale) or RGB, kept at the train images' common size or resized (bilinear) to
+features.image_size; the per-channel mean and std of the train pixels normalise them (`images`, then the engine's
+ImageData). Alpha is dropped.
+
 Text is tokenized by a byte-pair-encoding tokenizer (`tokenizers`; lowercase, accents stripped, split into words and
-runs of punctuation) trained on the train texts: [PAD]=0 (never emitted), [UNK]=1, [CLS]=2 starts every sequence.
+runs of punctuation) trained on the train texts: [PAD]=0 (never emitted), [UNK]=1, [CLS]=2 starts every sequence. A
+pretrained model (model.name hf:...) brings its own tokenizer instead, used as it is (`fit`'s `tokenizer`).
 
 `save` writes preprocess.json (and tokenizer.json when there is text): JSON only, nothing is pickled.
 """
 
 from __future__ import annotations
 
+import io
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -87,15 +95,25 @@ class Preprocessor:
     columns: list[Column]
     text_column: str | None = None
     max_length: int = 0  # text: the longest sequence `tokens` returns, [CLS] included
+    pad_id: int = PAD_ID  # text: the id batches are padded with (a pretrained tokenizer's own)
     target_mean: float = 0.0  # regression: train target mean/std for scale_target/unscale_target
     target_std: float = 1.0
     tokenizer: Tokenizer | None = field(default=None, repr=False, compare=False)
+    image_column: str | None = None
+    image_size: list[int] = field(default_factory=list)  # images: [height, width] every image has after decoding
+    image_resize: bool = False  # images: resize others to image_size (features.image_size set), else an error
+    image_channels: int = 0  # images: 1 (grayscale) or 3 (RGB)
+    image_mean: list[float] = field(default_factory=list)  # images: per channel, of the train pixels (0..255 units)
+    image_std: list[float] = field(default_factory=list)
 
     # --- fitting -------------------------------------------------------------------------------------------------
 
     @classmethod
-    def fit(cls, train: pd.DataFrame, schema: Schema, f: FeatureParams) -> Preprocessor:
-        """Learn every statistic from `train` (the train split) alone."""
+    def fit(
+        cls, train: pd.DataFrame, schema: Schema, f: FeatureParams, tokenizer: tuple[Tokenizer, int] | None = None
+    ) -> Preprocessor:
+        """Learn every statistic from `train` (the train split) alone. `tokenizer`: a pretrained model's tokenizer
+        and pad id, taken as they are instead of training one on the texts."""
         where = "train"
         text = [schema.text_column] if schema.text_column else []
         _require(train, [*schema.features, *text, schema.target], where)
@@ -113,7 +131,11 @@ class Preprocessor:
             text_column=schema.text_column,
             max_length=f.max_length if schema.text_column else 0,
         )
-        if schema.text_column:
+        if schema.image_column:
+            pre._fit_images(train, schema.image_column, f, where)
+        if schema.text_column and tokenizer is not None:
+            pre.tokenizer, pre.pad_id = tokenizer
+        elif schema.text_column:
             pre.tokenizer = train_tokenizer(_texts(train[schema.text_column]), f.vocab_size, f.max_length)
         if schema.task == "regression":
             y = pre.labels(train, where).astype(np.float64)
@@ -123,6 +145,39 @@ class Preprocessor:
         else:
             pre.labels(train, where)  # fail now on a label the schema does not know
         return pre
+
+    def _fit_images(self, train: pd.DataFrame, column: str, f: FeatureParams, where: str) -> None:
+        """The size, channels and per-channel mean/std of the train images (one pass, one image at a time)."""
+        _require(train, [column], where)
+        values, names = self._image_values(train, column, where, None)
+        headers = [_header(v, n) for v, n in zip(values, names)]  # (mode, (width, height)), not decoded
+        grayscale = all(mode in GRAY_MODES for mode, _ in headers)
+        self.image_column, self.image_channels = column, 1 if grayscale else 3
+        if f.image_size is not None:
+            size = [f.image_size] * 2 if isinstance(f.image_size, int) else list(f.image_size)
+            self.image_size, self.image_resize = size, True
+        else:
+            first = headers[0][1]
+            other = next((i for i, (_, size) in enumerate(headers) if size != first), None)
+            if other is not None:
+                w0, h0 = first
+                w, h = headers[other][1]
+                raise DataError(
+                    f"{where}: image {names[other]} is {h}x{w} (height x width) but {names[0]} is {h0}x{w0}; "
+                    "images of different sizes need features.image_size, the [height, width] to resize them to"
+                )
+            self.image_size, self.image_resize = [first[1], first[0]], False
+        total = np.zeros(self.image_channels)
+        squares = np.zeros(self.image_channels)
+        for value, name in zip(values, names):
+            x = self._pixels(_open_image(value, name), name, where).astype(np.float64)
+            total += x.sum(axis=(1, 2))
+            squares += (x * x).sum(axis=(1, 2))
+        count = len(values) * self.image_size[0] * self.image_size[1]
+        mean = total / count
+        std = np.sqrt(np.maximum(squares / count - mean * mean, 0.0))
+        self.image_mean = mean.tolist()
+        self.image_std = [float(v) if v > 1e-6 else 1.0 for v in std]
 
     # --- shapes --------------------------------------------------------------------------------------------------
 
@@ -181,11 +236,74 @@ class Preprocessor:
         return out
 
     def tokens(self, frame: pd.DataFrame, where: str = "input") -> list[np.ndarray]:
-        """Text: int32 token ids per row, [CLS] first, 1 <= length <= max_length; missing text gives [CLS] alone."""
+        """Text: int32 token ids per row, [CLS] first, 1 <= length <= max_length; missing text gives [CLS] alone (a
+        pretrained tokenizer: its own special tokens)."""
         if self.text_column is None or self.tokenizer is None:
             raise ValueError("this preprocessor has no text column")
         _require(frame, [self.text_column], where)
-        return encode(self.tokenizer, _texts(frame[self.text_column], keep_missing=True), self.max_length)
+        ids = encode(self.tokenizer, _texts(frame[self.text_column], keep_missing=True), self.max_length)
+        empty = next((i for i, x in enumerate(ids) if len(x) == 0), None)
+        if empty is not None:  # only a tokenizer that adds no special tokens gets here
+            raise DataError(
+                f"{where}, row {empty}: the text in {self.text_column!r} encodes to no tokens (the tokenizer adds no "
+                "special tokens, and the text is empty or missing); give it text or drop the row"
+            )
+        return ids
+
+    def image_source(
+        self, frame: pd.DataFrame, where: str = "input", base: Path | None = None
+    ) -> tuple[list[bytes | Path], list[str]]:
+        """Images: each row's image (bytes, or the path of its file: relative to `base`, default the working
+        directory) and how messages name it. Reading and decoding wait for `decode`."""
+        if self.image_column is None:
+            raise ValueError("this preprocessor has no image column")
+        _require(frame, [self.image_column], where)
+        return self._image_values(frame, self.image_column, where, base)
+
+    def decode(self, values: Sequence[bytes | Path], names: Sequence[str], where: str = "input") -> np.ndarray:
+        """uint8 [len(values), channels, height, width]: the images decoded, converted and sized as in training."""
+        out = np.empty((len(values), self.image_channels, *self.image_size), dtype=np.uint8)
+        for i, (v, name) in enumerate(zip(values, names)):
+            out[i] = self._pixels(_open_image(v, name), name, where)
+        return out
+
+    def _image_values(
+        self, frame: pd.DataFrame, column: str, where: str, base: Path | None
+    ) -> tuple[list[bytes | Path], list[str]]:
+        paths = frame[column + "_path"].to_numpy(dtype=object) if column + "_path" in frame.columns else None
+        values: list[bytes | Path] = []
+        names: list[str] = []
+        for i, v in enumerate(frame[column].to_numpy(dtype=object, na_value=None)):
+            known = paths[i] if paths is not None and isinstance(paths[i], str) and paths[i] else None
+            if isinstance(v, bytes | bytearray | memoryview):
+                values.append(bytes(v))
+                names.append(known or f"in {where}, row {i}")
+            elif isinstance(v, str | Path) and str(v).strip():
+                path = Path(str(v).strip()).expanduser()
+                values.append(path if path.is_absolute() or base is None else base / path)
+                names.append(str(v))
+            else:
+                raise DataError(
+                    f"{where}, row {i}: column {column!r} should hold an image (a file's path, or its bytes) but has "
+                    f"{v!r}; fill it in or drop the row"
+                )
+        return values, names
+
+    def _pixels(self, image: Any, name: str, where: str) -> np.ndarray:
+        """uint8 [channels, height, width] of an opened PIL image."""
+        from PIL import Image
+
+        height, width = self.image_size
+        if image.size != (width, height) and not self.image_resize:
+            raise DataError(
+                f"{where}: image {name} is {image.size[1]}x{image.size[0]} (height x width) but the model takes "
+                f"{height}x{width} images; resize it, or train with features.image_size set to resize every image"
+            )
+        converted = image.convert("L" if self.image_channels == 1 else "RGB")
+        if converted.size != (width, height):
+            converted = converted.resize((width, height), Image.Resampling.BILINEAR)
+        x = np.asarray(converted, dtype=np.uint8)
+        return x[None] if x.ndim == 2 else x.transpose(2, 0, 1)
 
     def labels(self, frame: pd.DataFrame, where: str = "input") -> np.ndarray:
         """Classification: int64 index into `classes`; regression: float32 targets in their own units."""
@@ -251,6 +369,35 @@ class Preprocessor:
                 raise DataError(f"{directory}: {TOKENIZER} is missing; train the model again")
             pre.tokenizer = Tokenizer.from_file(str(tok_path))
         return pre
+
+
+# --- images ----------------------------------------------------------------------------------------------------------
+
+GRAY_MODES = frozenset({"1", "L", "LA", "La", "I", "I;16", "I;16B", "I;16L", "I;16N", "F"})
+
+
+def _open_image(value: bytes | Path, name: str, load: bool = True) -> Any:
+    """An opened PIL image, decoded (`load`) or its header only; DataError naming the file when it cannot be read."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        image = Image.open(io.BytesIO(value) if isinstance(value, bytes) else value)
+        if load:
+            image.load()
+    except FileNotFoundError:
+        looked = str(value) if isinstance(value, Path) else name
+        raise DataError(f"image {name}: no such file (looked for {looked})") from None
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
+        raise DataError(f"image {name} cannot be read ({exc}); replace the file or remove its row") from None
+    return image
+
+
+def _header(value: bytes | Path, name: str) -> tuple[str, tuple[int, int]]:
+    image = _open_image(value, name, load=False)
+    try:
+        return image.mode, image.size
+    finally:
+        image.close()
 
 
 # --- text ------------------------------------------------------------------------------------------------------------

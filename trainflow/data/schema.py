@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from trainflow.io import read_json
 
-Kind = Literal["numeric", "categorical", "boolean", "datetime", "text"]
+Kind = Literal["numeric", "categorical", "boolean", "datetime", "text", "image"]
 # Spellings of a missing value in text: pandas' defaults plus "?" (UCI-style exports). Ingest reads them as missing,
 # and preprocessing does too, so a table a user reads with pandas scores as ingest saw it.
 NA_VALUES: list[str] = ["", "NA", "N/A", "n/a", "NaN", "nan", "NULL", "null", "None", "none", "#N/A", "?"]
@@ -19,7 +19,8 @@ ROW_KEY = "__row_key__"  # processed table: each row's key, the hash of its raw 
 class Schema:
     """What ingest decided about the data; train, evaluate and predict follow it.
 
-    The processed table holds `features`, then `text_column` (if any), then `target`, typed by kind: numeric as
+    The processed table holds `features`, then `text_column` or `image_column` (if any: an image column holds each
+    image's encoded file bytes, PNG/JPEG/... as read), then `target`, typed by kind: numeric as
     float64 (NaN = missing), boolean as pandas "boolean", categorical and text as strings (None = missing), datetime
     as datetime64[ns] (NaT = missing); the target as str labels (classification) or float64 (regression). Then the
     `carried` columns as read, and the row keys (validate.ROW_KEY).
@@ -29,7 +30,7 @@ class Schema:
     target: str
     task: Literal["classification", "regression"]
     features: list[str]  # tabular feature columns, in order (the text column is not among them)
-    kinds: dict[str, Kind]  # feature (and text column) -> kind
+    kinds: dict[str, Kind]  # feature (and text or image column) -> kind
     classes: list[str]  # classification labels in index order (class i is classes[i]); [] for regression
     n_rows: int
     text_column: str | None = None
@@ -37,6 +38,7 @@ class Schema:
     task_reason: str = ""  # why the task is what it is, in words ("target 'fare' holds non-integer numbers")
     carried: list[str] = field(default_factory=list)  # the other raw columns, as read (not features of this model)
     data_params: dict[str, Any] = field(default_factory=dict)  # the data params this schema follows from
+    image_column: str | None = None  # the column of image bytes (its files' paths in <column>_path, carried)
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)

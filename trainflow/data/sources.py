@@ -1,9 +1,13 @@
-"""Raw data sources: table files (CSV, TSV, Parquet, JSONL) or a dataset that ships inside scikit-learn.
+"""Raw data sources: table files (CSV, TSV, Parquet, JSONL), folders of images, or a dataset that ships inside
+scikit-learn.
 
 `read_source(data_params, root)` returns a `RawTable`: the typed pandas frame plus, per row, which file it came from
 and its record number in that file, so that any later check can name the file and line of a bad value
 (`RawTable.where`). Locating a line re-scans that one file with the csv module, so it happens only when an error is
 reported; reading itself is pyarrow's multithreaded reader and numpy, with no per-row Python work.
+
+Images (see `read_images` below) become a column of the files' bytes, as read: the processed table is then
+self-contained, and DVC's hash of it changes when an image does (a column of paths would let images change unseen).
 
 Every problem is a DataError whose one-line message names the file, the line (and the column where it applies) and
 what to change.
@@ -14,6 +18,7 @@ from __future__ import annotations
 import codecs
 import csv
 import glob
+import io
 import json
 import re
 import sys
@@ -49,6 +54,9 @@ TEXT_FORMATS = ("csv", "tsv", "jsonl")
 # Bytes per block of pyarrow's readers: blocks are parsed in parallel; larger blocks cost less per block.
 BLOCK_SIZE = 4 << 20
 _GLOB_CHARS = re.compile(r"[*?\[]")
+IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
+DEFAULT_IMAGE_COLUMN = "image"  # the image column of a folder of class folders when data.image_column is null
+PATH_SUFFIX = "_path"  # an image column `image` keeps its files' paths in `image_path` (carried, for messages)
 _NA_SET = frozenset(NA_VALUES)
 
 
@@ -61,11 +69,12 @@ class RawTable:
     files: list[Path]  # files read, in order ([] for builtin)
     file_index: np.ndarray  # int32 per row: index into `files` of the row's file
     record: np.ndarray  # int64 per row: 0-based data record within that file (header and blank lines not counted)
-    fmt: str  # csv | tsv | parquet | jsonl | builtin
+    fmt: str  # csv | tsv | parquet | jsonl | builtin | images (a folder of class folders: one file per row)
     root: Path | None = None  # files are shown relative to it
     delimiter: str = ","
     encoding: str = "utf-8"
     header: bool = True
+    image_column: str | None = None  # the column of encoded image bytes (the files' paths in <it>_path)
     # file index -> the line on which each of its first records starts (filled by where_many as it scans)
     _lines: dict[int, array[int]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -89,6 +98,8 @@ class RawTable:
         suffix = "" if column is None else f", column {column!r}"
         if self.fmt == "builtin":
             return [f"{self.source}, row {int(self.record[r]) + 1}{suffix}" for r in rows]
+        if self.fmt == "images":
+            return [f"{self.shown(int(self.file_index[r]))}{suffix}" for r in rows]
         if self.fmt in ("csv", "tsv", "jsonl"):
             furthest: dict[int, int] = {}
             for r in rows:
@@ -116,6 +127,9 @@ def read_source(d: DataParams, root: Path) -> RawTable:
     """The raw table named by `d.source`: builtin:<name>, or a file, glob or directory relative to `root`."""
     if d.source.startswith("builtin:"):
         return _read_builtin(d.source)
+    folder = _image_folder(d.source, root)
+    if folder is not None:
+        return read_image_folder(folder, d, root)
     files = _resolve(d.source, root)
     fmt = _format(files, d, root)
     delimiter = d.delimiter or ("\t" if fmt == "tsv" else ",")
@@ -158,7 +172,10 @@ def read_source(d: DataParams, root: Path) -> RawTable:
         if len(counts) == 1
         else np.concatenate([np.arange(c, dtype=np.int64) for c in counts])
     )
-    return RawTable(frame, d.source, files, file_index, record, fmt, root, delimiter, d.encoding, d.header)
+    raw = RawTable(frame, d.source, files, file_index, record, fmt, root, delimiter, d.encoding, d.header)
+    if d.image_column is not None:
+        read_images(raw, d.image_column)
+    return raw
 
 
 # --- where the data is ------------------------------------------------------------------------------------------
@@ -236,6 +253,8 @@ def _read_builtin(source: str) -> RawTable:
             f"data.source: unknown built-in dataset {name!r}; choose one of "
             f"builtin:{', builtin:'.join(BUILTIN_DATASETS)}"
         )
+    if name == "digits_images":
+        return _digits_images(source)
     # load_* read files inside scikit-learn's package: nothing is downloaded.
     frame: pd.DataFrame = getattr(datasets, f"load_{name}")(as_frame=True).frame
     frame = frame.reset_index(drop=True)
@@ -432,6 +451,166 @@ def _read_parquet(path: Path, shown: str) -> pa.Table:
     if unnamed_index:  # a pandas index without a name: row labels, not data (a named index stays as a column)
         table = table.drop_columns(unnamed_index)
     return table.replace_schema_metadata(None)
+
+
+# --- images -----------------------------------------------------------------------------------------------------
+
+
+def _image_folder(source: str, root: Path) -> Path | None:
+    """The directory `source` names when it is a folder of class folders (subfolders, and no table files beside
+    them); None for anything else (a file, a glob, a directory of tables)."""
+    if _GLOB_CHARS.search(source):
+        return None
+    path = Path(source).expanduser()
+    full = path if path.is_absolute() else root / path
+    if not full.is_dir():
+        return None
+    children = [p for p in full.iterdir() if not p.name.startswith(".")]
+    if not any(p.is_dir() for p in children):
+        return None
+    if any(p.is_file() and p.suffix.lower() in FORMAT_BY_SUFFIX for p in children):
+        return None  # tables (their subfolders are not read)
+    return full
+
+
+def read_image_folder(folder: Path, d: DataParams, root: Path) -> RawTable:
+    """<folder>/<class>/<file>: one row per image file, sorted by class then path; the target is the class folder's
+    name. Columns: the image's bytes (data.image_column, default `image`), its path (`image_path`, relative to the
+    project root), the target (data.target)."""
+    column = d.image_column or DEFAULT_IMAGE_COLUMN
+    stray = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+    if stray:
+        raise DataError(
+            f"data.source: {_shown(stray[0], root)} is not inside a class folder; a folder of images holds one "
+            "folder per class (<dir>/<class>/<image>): move it into one, or remove it"
+        )
+    files: list[Path] = []
+    labels: list[str] = []
+    for class_dir in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        found = sorted(
+            p
+            for p in class_dir.rglob("*")
+            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(class_dir).parts)
+        )
+        if not found:
+            raise DataError(f"data.source: class folder {_shown(class_dir, root)} holds no images; fill or remove it")
+        for p in found:
+            if p.suffix.lower() not in IMAGE_SUFFIXES:
+                raise DataError(
+                    f"data.source: {_shown(p, root)} is not an image by its extension ({p.suffix or '(none)'}); "
+                    f"a folder of images holds {', '.join(sorted(IMAGE_SUFFIXES))} files: remove or rename it"
+                )
+        files += found
+        labels += [class_dir.name] * len(found)
+    images = [_read_image_file(p, _shown(p, root)) for p in files]
+    frame = pd.DataFrame(
+        {
+            column: _objects(images),
+            column + PATH_SUFFIX: [_shown(p, root) for p in files],
+            d.target: labels,
+        }
+    )
+    n = len(files)
+    return RawTable(
+        frame, d.source, files, np.arange(n, dtype=np.int32), np.zeros(n, dtype=np.int64), "images", root,
+        image_column=column,
+    )  # fmt: skip
+
+
+def read_images(raw: RawTable, column: str) -> None:
+    """Replace the table's column of image paths by the images' bytes (a column of bytes, from Parquet, is checked
+    and kept); the paths move to `<column>_path`. A relative path is relative to the folder of the table file it is
+    in (builtin: the project root)."""
+    frame = raw.frame
+    if column not in frame.columns:
+        raise DataError(
+            f"data.image_column {column!r} is not a column of {raw.source}; the columns are: "
+            f"{', '.join(repr(str(c)) for c in frame.columns[:30])}"
+        )
+    if column + PATH_SUFFIX in frame.columns:
+        raise DataError(
+            f"data.source: {raw.source} has a column {column + PATH_SUFFIX!r}, the name ingest gives the paths of the "
+            f"images of data.image_column {column!r}; rename it"
+        )
+    values = frame[column].to_numpy(dtype=object, na_value=None)
+    missing = [i for i, v in enumerate(values) if v is None or (isinstance(v, str) and not v.strip())]
+    if missing:
+        raise DataError(
+            f"data.source: {raw.where(missing[0], column)}: the image path is missing ({len(missing)} row(s) "
+            "without one); fill it in or drop the row"
+        )
+    images: list[bytes] = []
+    paths: list[str] = []
+    for i, v in enumerate(values):
+        if isinstance(v, bytes | bytearray | memoryview):
+            data = bytes(v)
+            _check_image(data, raw.where(i, column))
+            images.append(data)
+            paths.append("")
+            continue
+        path = Path(str(v).strip()).expanduser()
+        if not path.is_absolute():
+            base = raw.files[int(raw.file_index[i])].parent if raw.files else (raw.root or Path.cwd())
+            path = base / path
+        if not path.is_file():
+            raise DataError(
+                f"data.source: {raw.where(i, column)}: image {str(v)!r} does not exist (looked for {path}); paths "
+                "are relative to the table file's folder"
+            )
+        images.append(_read_image_file(path, f"{_shown(path, raw.root)} ({raw.where(i, column)})"))
+        paths.append(_shown(path, raw.root))
+    position = list(frame.columns).index(column)
+    frame[column] = _objects(images)
+    frame.insert(position + 1, column + PATH_SUFFIX, paths)
+    raw.image_column = column
+
+
+def _read_image_file(path: Path, shown: str) -> bytes:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise DataError(f"data.source: cannot read image {shown}: {exc.strerror or exc}") from None
+    _check_image(data, shown)
+    return data
+
+
+def _check_image(data: bytes, shown: str) -> None:
+    """Decode `data` fully (a truncated file fails only when its pixels are read): DataError naming `shown`.
+    The cost is one decode per image at ingest, so that training never meets a broken file."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            image.load()
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
+        raise DataError(
+            f"data.source: image {shown} cannot be read ({exc}); replace the file or remove its row"
+        ) from None
+
+
+def _objects(values: list[bytes]) -> np.ndarray:
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
+
+
+def _digits_images(source: str) -> RawTable:
+    """scikit-learn's digits as 8x8 grayscale PNGs, the pixel values (0..16) kept as they are."""
+    from PIL import Image
+    from sklearn import datasets
+
+    digits = datasets.load_digits()
+    images = []
+    for pixels in digits.images.astype(np.uint8):
+        buffer = io.BytesIO()
+        Image.fromarray(pixels).save(buffer, format="PNG")  # uint8 [8, 8]: mode L
+        images.append(buffer.getvalue())
+    frame = pd.DataFrame({DEFAULT_IMAGE_COLUMN: _objects(images), "target": digits.target.astype(np.int64)})
+    n = len(frame)
+    return RawTable(
+        frame, source, [], np.zeros(n, dtype=np.int32), np.arange(n, dtype=np.int64), "builtin",
+        image_column=DEFAULT_IMAGE_COLUMN,
+    )  # fmt: skip
 
 
 # --- combining files --------------------------------------------------------------------------------------------

@@ -58,6 +58,8 @@ class Table(Protocol):
 
     def where(self, row: int, column: str | None = None) -> str: ...
 
+    # the column of image bytes the reader made (RawTable.image_column); fakes without it have no images
+
 
 @dataclass
 class _Column:
@@ -84,10 +86,13 @@ def infer_schema(table: Table, d: DataParams, previous: Schema | None = None) ->
     the table typed by it with rows dropped as `d` says. Raises DataError naming file, line and column."""
     frame = table.frame
     columns = _check_columns(table, d)
-    features = _features(table, d, columns)
+    image: str | None = getattr(table, "image_column", None)
+    features = _features(table, d, columns, image)
     cols = [_column(table, d, columns[c]) for c in features]
     if d.text_column is not None:
         cols.append(_text(table, d.text_column, columns[d.text_column]))
+    if image is not None:  # the reader checked every image: each is a decodable file's bytes
+        cols.append(_Column(image, "image", frame[columns[image]].to_numpy(dtype=object)))
     kinds = {c.name: c.kind for c in cols}
     if previous is not None:
         _check_drift(table, d, previous, features, kinds, columns)
@@ -144,6 +149,7 @@ def infer_schema(table: Table, d: DataParams, previous: Schema | None = None) ->
             task_reason=target.reason,
             carried=carried,
             data_params=schema_params(d),
+            image_column=image,
         ),
         out,
     )
@@ -224,7 +230,14 @@ def _check_columns(table: Table, d: DataParams) -> dict[str, Any]:
     return columns
 
 
-def _features(table: Table, d: DataParams, columns: dict[str, Any]) -> list[str]:
+def _features(table: Table, d: DataParams, columns: dict[str, Any], image: str | None = None) -> list[str]:
+    if image is not None:  # an image is modelled on its own (as a text is, but no table features beside it)
+        if d.features is not None or d.text_column is not None:
+            raise DataError(
+                f"data.source: {table.source}: with images (column {image!r}) the other columns are not used; "
+                "remove data.features and data.text_column"
+            )
+        return []
     if d.features is not None:
         features = list(d.features)
     else:  # every column but the target, the text column and data.exclude
@@ -256,7 +269,7 @@ def _pct(share: float) -> int:
 
 
 def _kind(kind: str) -> Kind:
-    assert kind in ("numeric", "categorical", "boolean", "datetime", "text"), kind
+    assert kind in ("numeric", "categorical", "boolean", "datetime", "text", "image"), kind
     return kind  # type: ignore[return-value]
 
 
@@ -447,7 +460,8 @@ def _check_drift(
 ) -> None:
     """The columns of the previous ingest against these (made under the same data params: ingest's caller's rule)."""
     drift: list[str] = []
-    known = [*previous.features, *([previous.text_column] if previous.text_column else [])]
+    extra = [c for c in (previous.text_column, previous.image_column) if c]
+    known = [*previous.features, *extra]
     for c in known:
         old = previous.kinds.get(c, "?")
         if c not in columns:

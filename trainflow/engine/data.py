@@ -7,10 +7,14 @@ position is an index into that order, a resumed run continues from the next wind
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
 import torch
+
+from trainflow.engine.augment import Augment, apply
 
 IGNORE_INDEX = -100  # targets with this value (padding positions of per-token targets) carry no loss
 
@@ -19,7 +23,7 @@ IGNORE_INDEX = -100  # targets with this value (padding positions of per-token t
 class Batch:
     """One micro-batch on the training device.
 
-    inputs: keyword arguments of the model's forward (`x` for tables; `tokens` and `mask` for text).
+    inputs: keyword arguments of the model's forward (`x` for tables; `tokens` and `mask` for text; `images`).
     count: the number of loss terms in it (samples, or real target tokens), known on the host without a device sync.
     tokens: real input tokens (0 for tables), for tokens/s.
     """
@@ -176,6 +180,126 @@ class TextData:
         return TextData(
             [self.sequences[i] for i in keep], targets, pad_id=self.pad_id, bucket=self.bucket, device=self.device
         )
+
+
+class ImageData:
+    """Images as normalised float [n, C, H, W] batches (`images`), augmented when `augment` is set (the train split).
+
+    `images` is either every image decoded, a uint8 tensor [N, C, H, W] (small data: decoded once; it moves to the
+    training device and a batch is an index gather there), or `decode(indices) -> uint8 [n, C, H, W]` (data too big
+    to hold decoded): then a background thread prepares the next batch while the model trains on this one. The next
+    batch is predicted as the window that follows this one in the epoch's order (or in index order, for evaluation);
+    when the trainer asks for another (a rank's shard), the batch is made on the spot. Either way a batch is a
+    function of (seed, epoch, indices) only: augmentation draws from `augment.uniforms`, never from a generator.
+
+    The trainer asks for each epoch's order (`epoch_order`) before any of its batches, also when it resumes inside
+    an epoch: that call tells the dataset the (seed, epoch) that its augmentation draws from.
+    """
+
+    def __init__(
+        self,
+        images: torch.Tensor | Callable[[list[int]], torch.Tensor],
+        targets: torch.Tensor,
+        mean: Sequence[float],
+        std: Sequence[float],
+        *,
+        augment: Augment | None = None,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        if isinstance(images, torch.Tensor) and (len(images) != len(targets) or images.dim() != 4):
+            raise ValueError(f"images {tuple(images.shape)} must be [N, C, H, W] with N = {len(targets)} targets")
+        self.images = images
+        self.targets = targets
+        self.mean, self.std = list(mean), list(std)
+        self._scale = tuple(torch.tensor(v, dtype=torch.float32)[None, :, None, None] for v in (self.mean, self.std))
+        self.augment = augment
+        self.device = torch.device(device)
+        self.decoded = isinstance(images, torch.Tensor)
+        self.index_device = self.device if self.decoded else torch.device("cpu")
+        self.seed, self.epoch = 0, 0
+        self._order: torch.Tensor | None = None  # this epoch's order (None: index order)
+        self._position: torch.Tensor | None = None  # sample index -> its position in _order
+        self._next: tuple[torch.Tensor, int, Future[tuple[torch.Tensor, torch.Tensor]]] | None = None
+        self._pool: ThreadPoolExecutor | None = None
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+    def epoch_order(self, seed: int, epoch: int) -> torch.Tensor:
+        """epoch_order(n, seed, epoch), and the (seed, epoch) this epoch's augmentation draws from."""
+        order = epoch_order(len(self), seed, epoch)
+        self.seed, self.epoch = seed, epoch
+        if not self.decoded:
+            self._order = order
+            self._position = torch.empty_like(order)
+            self._position[order] = torch.arange(len(order))
+            self._next = None
+        return order
+
+    def batch(self, idx: torch.Tensor) -> Batch:
+        if self.decoded:
+            images, target = self._make(idx, self.epoch)
+        else:
+            idx = idx.cpu()
+            ready, self._next = self._next, None
+            if ready is not None and ready[1] == self.epoch and torch.equal(ready[0], idx):
+                images, target = ready[2].result()
+            else:
+                images, target = self._make(idx, self.epoch)
+            following = self._following(idx)
+            if following is not None:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(1, thread_name_prefix="trainflow-images")
+                self._next = (following, self.epoch, self._pool.submit(self._make, following, self.epoch))
+            images, target = _to(images, self.device), _to(target, self.device)
+        return Batch({"images": images}, target, count=len(idx))
+
+    def _make(self, idx: torch.Tensor, epoch: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The batch of samples `idx`: gathered or decoded, augmented, normalised (float32)."""
+        pixels = self.images[idx] if isinstance(self.images, torch.Tensor) else self.images(idx.tolist())
+        x = pixels.float()
+        if self.augment is not None:
+            x = apply(x, idx, self.seed, epoch, self.augment)
+        mean, std = self._scale if self._scale[0].device == x.device else (t.to(x.device) for t in self._scale)
+        return (x - mean) / std, self.targets[idx.to(self.targets.device)]
+
+    def _following(self, idx: torch.Tensor) -> torch.Tensor | None:
+        """The window after `idx` when `idx` is a run of consecutive positions of the order; else None."""
+        n = len(self)
+        if len(idx) == 0:
+            return None
+        if self._order is None or self._position is None:
+            start = int(idx[0])
+            if not torch.equal(idx, torch.arange(start, start + len(idx))) or start + len(idx) >= n:
+                return None
+            return torch.arange(start + len(idx), min(start + 2 * len(idx), n))
+        start = int(self._position[idx[0]])
+        stop = start + len(idx)
+        if stop >= n or not torch.equal(self._order[start:stop], idx):
+            return None
+        return self._order[stop : stop + len(idx)]
+
+    def count(self, idx: torch.Tensor) -> int:
+        return len(idx)
+
+    def to(self, device: torch.device) -> None:
+        self.device = torch.device(device)
+        if isinstance(self.images, torch.Tensor):
+            self.images = self.images.to(self.device)
+            self.targets = self.targets.to(self.device)
+            self.index_device = self.device
+        self._scale = tuple(t.to(self.device) for t in self._scale)
+
+    def subset(self, idx: torch.Tensor) -> ImageData:
+        keep = idx.to(self.index_device)
+        images: torch.Tensor | Callable[[list[int]], torch.Tensor]
+        if isinstance(self.images, torch.Tensor):
+            images = self.images[keep]
+        else:
+            decode, rows = self.images, keep.cpu()
+            images = lambda i: decode(rows[i].tolist())  # noqa: E731
+        targets = self.targets[keep.to(self.targets.device)]
+        return ImageData(images, targets, self.mean, self.std, augment=self.augment, device=self.device)
 
 
 def _to(t: torch.Tensor, device: torch.device) -> torch.Tensor:

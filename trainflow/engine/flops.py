@@ -86,7 +86,8 @@ def train_flops_per_sample(model: nn.Module, seq_len: int | None = None) -> floa
     """Training (forward + backward) FLOPs per sample, or None for models it does not know (no MFU then).
 
     Models with `flops_per_token(seq_len)` give flops_per_token(seq_len) * seq_len (seq_len required: the length the
-    model actually runs on, padding included); trainflow's MLP gives 6 * parameters.
+    model actually runs on, padding included); trainflow's MLP gives 6 * parameters; models with `flops_per_sample()`
+    (the cnn) give what it returns.
     """
     model = _unwrap(model)
     flops_per_token = getattr(model, "flops_per_token", None)
@@ -96,6 +97,10 @@ def train_flops_per_sample(model: nn.Module, seq_len: int | None = None) -> floa
         return float(flops_per_token(seq_len)) * seq_len
     if isinstance(model, MLP):
         return 6.0 * sum(p.numel() for p in model.parameters())
+    per_sample = getattr(model, "flops_per_sample", None)  # the cnn: its convolutions, at its image size
+    if callable(per_sample):
+        value = per_sample()
+        return None if value is None else float(value)
     return None
 
 

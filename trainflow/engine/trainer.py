@@ -39,7 +39,9 @@ from trainflow.engine.checkpoint import (
 )
 from trainflow.engine.data import Batch, Dataset, epoch_order
 from trainflow.engine.distributed import Group
+from trainflow.engine.ema import EMA
 from trainflow.engine.objective import Objective
+from trainflow.engine.optim import build_optimizer, plan_groups
 from trainflow.engine.precision import Precision, configure_backends
 from trainflow.engine.schedule import Plateau, lr_table
 from trainflow.errors import ParamsError, UserError
@@ -168,53 +170,6 @@ class Plan:
     epoch_samples: int = 0  # samples an epoch trains on (all of them, or limit_batches windows)
 
 
-def build_optimizer(model: nn.Module, p: TrainParams, lr: torch.Tensor) -> torch.optim.Optimizer:
-    """AdamW or SGD with momentum, fused, with a tensor learning rate; no weight decay on biases and norm weights.
-
-    Every parameter gets its optimizer state here, before the first update (`init_state`)."""
-    params = [q for q in model.parameters() if q.requires_grad]
-    decay = [q for q in params if q.ndim >= 2]
-    no_decay = [q for q in params if q.ndim < 2]
-    groups = [
-        g
-        for g in ({"params": decay, "weight_decay": p.weight_decay}, {"params": no_decay, "weight_decay": 0.0})
-        if g["params"]
-    ]
-    # fused=True: one kernel for all parameters, and it accepts `found_inf` to skip an update without a host sync.
-    optimizer: torch.optim.Optimizer
-    if p.optimizer == "sgd":
-        optimizer = torch.optim.SGD(groups, lr=lr, momentum=p.momentum, fused=True)
-    else:
-        optimizer = torch.optim.AdamW(groups, lr=lr, fused=True)
-    init_state(optimizer)
-    return optimizer
-
-
-def init_state(optimizer: torch.optim.Optimizer) -> None:
-    """Create each parameter's optimizer state now, as the optimizer's first update would.
-
-    The fused kernels honour `found_inf` by not writing anything, but the optimizer allocates state before the kernel
-    runs: a skipped *first* SGD update leaves a momentum buffer of uninitialised memory (`empty_like`) that the next
-    update reads. With the state in place, no update is a first one, so a skipped update changes no state tensor.
-    Zero state is the first update exactly: SGD's buf = momentum * 0 + grad = grad (no dampening); AdamW's moments and
-    step count start at zero.
-    """
-    for group in optimizer.param_groups:
-        for q in group["params"]:
-            state = optimizer.state[q]
-            if state:
-                continue
-            if isinstance(optimizer, torch.optim.SGD):
-                if group["momentum"]:
-                    state["momentum_buffer"] = torch.zeros_like(q, memory_format=torch.preserve_format)
-            elif isinstance(optimizer, torch.optim.AdamW):
-                state["step"] = torch.zeros((), dtype=torch.float32, device=q.device)  # fused: a float32 tensor
-                state["exp_avg"] = torch.zeros_like(q, memory_format=torch.preserve_format)
-                state["exp_avg_sq"] = torch.zeros_like(q, memory_format=torch.preserve_format)
-            else:
-                raise TypeError(f"init_state does not know the state of {type(optimizer).__name__}")
-
-
 class Trainer:
     def __init__(
         self,
@@ -234,6 +189,10 @@ class Trainer:
     ) -> None:
         configure_backends(params, device)
         self.group = group = group or Group()
+        if group.sharded and params.ema_decay is not None:
+            raise ParamsError(
+                "params.yaml", [("train.ema_decay", "the weight average is not sharded; use strategy ddp with it")]
+            )
         if group.sharded and (precision.uses_scaler or params.optimizer == "sgd"):
             raise ParamsError(
                 "params.yaml",
@@ -257,8 +216,17 @@ class Trainer:
         self.wrapped = group.wrap(self.model, device)  # DDP around the model, or the model itself
         self.forward: Callable[..., torch.Tensor] = torch.compile(self.wrapped) if params.compile else self.wrapped
         self.params = [q for q in self.model.parameters() if q.requires_grad]
+        # The schedule writes `lr` (the scheduled rate); each parameter group learns at lr * its fixed scale
+        # (layer_decay, param_groups), its optimizer `lr` a view of one element of `lrs`.
+        specs = plan_groups(self.model, params)
         self.lr = torch.tensor(params.lr, device=device)
-        self.optimizer = build_optimizer(self.model, params, self.lr)
+        self.lr_scales = torch.tensor([g.lr_scale for g in specs], device=device)
+        self.lrs = self.lr * self.lr_scales
+        self.optimizer = build_optimizer(specs, params, self.lrs)
+        # Per-group rates are logged (lr/<group>) when they differ from the scheduled one.
+        self.group_names = [g.name for g in specs] if any(g.lr_scale != 1.0 for g in specs) else []
+        named = [(n, q) for n, q in self.model.named_parameters() if q.requires_grad]
+        self.ema = EMA(named, params.ema_decay, device) if params.ema_decay is not None else None
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision.uses_scaler)
         # Where skip decisions happen: on an accelerator, on the device (the host never waits for it); on CPU, in
         # Python (there is nothing to wait for). Both give bit-identical results; tests run both on CPU.
@@ -319,7 +287,7 @@ class Trainer:
             with self.group.gradient_sync(self.wrapped, i == last):
                 with self.precision.autocast():
                     out = self.forward(**batch.inputs)
-                loss_sum = self.objective.loss_sum(out, batch.target)
+                loss_sum = self.objective.train_loss_sum(out, batch.target)
                 loss_sum.backward(seed)
             window_loss += loss_sum.detach()
         if self.scaler.is_enabled():
@@ -341,10 +309,13 @@ class Trainer:
         c = self.counters
         assert isinstance(c, DeviceCounters)
         torch.index_select(self._table, 0, c.index, out=self.lr.view(1))  # the rate of this applied update
+        torch.mul(self.lr, self.lr_scales, out=self.lrs)  # each group's
         opt: Any = self.optimizer
         opt.grad_scale, opt.found_inf = None, skip  # found_inf = 1: the fused kernel writes nothing
         self.optimizer.step()
         del opt.grad_scale, opt.found_inf
+        if self.ema is not None:
+            self.ema.update_if(is_finite)
         self.loss_acc += torch.where(is_finite, window_loss, self._zero)  # a skipped window's inf/NaN stays out
         c.count_on_device(is_finite, skip, count)
 
@@ -357,7 +328,10 @@ class Trainer:
         applied = math.isfinite(grad_norm.item())
         if applied:
             self.lr.fill_(self._rates[self.counters.applied])
+            torch.mul(self.lr, self.lr_scales, out=self.lrs)
             self.optimizer.step()
+            if self.ema is not None:
+                self.ema.update()
             self.loss_acc += window_loss
         self.counters.count(applied, count)
 
@@ -381,9 +355,9 @@ class Trainer:
         """Plan the run (updates per epoch, total) and build the schedule table; returns the data to train on."""
         p = self.p
         if p.overfit_batches:
-            keep = epoch_order(len(train), self.seed, 0)[: p.overfit_batches * p.batch_size * p.accumulate]
+            keep = epoch_order(len(train), self.seed, 0)[: p.overfit_batches * p.micro_batch * p.accumulate]
             train = train.subset(keep)
-        window = p.batch_size * p.accumulate * self.group.world_size
+        window = p.micro_batch * p.accumulate * self.group.world_size
         epoch_samples = len(train) if not p.limit_batches else min(len(train), p.limit_batches * window)
         per_epoch = math.ceil(epoch_samples / window)
         s = self.state
@@ -461,7 +435,7 @@ class Trainer:
         group = self.group
         while s.position < plan.epoch_samples:
             idx = order[s.position : min(s.position + plan.window, plan.epoch_samples)]
-            mine = [idx] if p.accumulate == 1 and not group.distributed else list(group.shard(idx).split(p.batch_size))
+            mine = [idx] if p.accumulate == 1 and not group.distributed else list(group.shard(idx).split(p.micro_batch))
             if group.distributed:  # every rank runs `accumulate` micro-batches (some empty): collectives line up
                 mine += [idx[:0]] * (p.accumulate - len(mine))
             micro = [train.batch(i) for i in mine]
@@ -501,12 +475,15 @@ class Trainer:
         """Read every device counter in one transfer, and stop if too many updates in a row were non-finite."""
         s, c = self.state, self.counters
         self.group.sum_(self.loss_acc)  # each rank summed the loss of its own samples
-        values = [self.loss_acc, self.grad_norm, self.lr]
+        rates = list(self.lrs.unbind()) if self.group_names else []
+        values = [self.loss_acc, self.grad_norm, self.lr, *rates]
         if isinstance(c, DeviceCounters):  # everything in one transfer
-            loss_acc, grad_norm, lr, *counts = torch.stack([t.double() for t in values + c.tensors()]).tolist()
+            read = torch.stack([t.double() for t in values + c.tensors()]).tolist()
             c.reset_reads()
+            counts = read[len(values) :]
         else:
-            (loss_acc, grad_norm, lr), counts = (t.item() for t in values), list(c.read())
+            read, counts = [t.item() for t in values], list(c.read())
+        loss_acc, grad_norm, lr, *group_lrs = read[: len(values)]
         applied, terms, consecutive, worst = (int(v) for v in counts)
         s.applied, s.consecutive_nonfinite = applied, consecutive
         s.loss_terms += terms
@@ -519,7 +496,9 @@ class Trainer:
                 "(train.detect_anomaly: true names the op that produced it). "
                 f"The last good checkpoint is kept in {self.store.root}."
             )
-        return {"loss_total": s.loss_sum, "grad_norm": grad_norm, "lr": lr}
+        return {"loss_total": s.loss_sum, "grad_norm": grad_norm, "lr": lr} | {
+            f"lr/{name}": rate for name, rate in zip(self.group_names, group_lrs, strict=True)
+        }
 
     def _mean_loss(self, loss_sum: float, terms: int) -> float:
         """The mean train loss over `terms` loss terms, in the units the objective reports (regression: target's)."""
@@ -534,6 +513,7 @@ class Trainer:
         record = {
             "train_loss": self._mean_loss(dev["loss_total"] - s.loss_at_log, s.loss_terms - s.terms_at_log),
             "lr": dev["lr"],
+            **{k: v for k, v in dev.items() if k.startswith("lr/")},
             "grad_norm": dev["grad_norm"],
             "skipped_updates": float(s.updates - s.applied),
             "samples_per_s": (s.samples - samples0) / elapsed,
@@ -550,17 +530,25 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self, data: Dataset, batch_size: int = 1024) -> dict[str, float]:
-        """Validation metrics (val_loss, val_accuracy or val_rmse/val_r2), summed on the device, read once.
+        """Validation metrics (val_loss, val_accuracy, val_ece or val_rmse/val_r2), summed on the device, read once;
+        val_roc_auc and val_pr_auc too when train.monitor is one of them.
 
         The val set is cut into batches of `batch_size`, dealt round-robin to the ranks (no padding: a rank without a
         batch left runs an empty one, so FSDP's collectives line up). Each batch's sums land in its own row, the rows
-        are summed across ranks (adding zeros is exact) and then in batch order: the same numbers one process gets."""
+        are summed across ranks (adding zeros is exact) and then in batch order: the same numbers one process gets.
+        The ranked metrics need every sample's class probabilities: each batch writes them (and its labels) to its own
+        rows of [N, classes] and [N] tensors, zeros elsewhere, summed across ranks the same way and ranked on the
+        device; their values come back in the same single read."""
         g = self.group
         self.model.eval()
         n_batches = math.ceil(len(data) / batch_size)
         if self.p.limit_batches:
             n_batches = min(n_batches, self.p.limit_batches)
         rows = torch.zeros(n_batches, len(self.objective.sum_names), dtype=torch.float64, device=self.device)
+        ranked = self.objective.wants_scores(self.p.monitor)
+        n = min(len(data), n_batches * batch_size) if ranked else 0
+        scores: torch.Tensor | None = None  # [n, classes], made at the first forward (which tells the classes)
+        labels = torch.zeros(n, dtype=torch.long, device=self.device)
         for b in range(g.rank, math.ceil(n_batches / g.world_size) * g.world_size, g.world_size):
             start, stop = (b * batch_size, min((b + 1) * batch_size, len(data))) if b < n_batches else (0, 0)
             batch = data.batch(torch.arange(start, stop, device=data.index_device))
@@ -568,14 +556,29 @@ class Trainer:
                 out = self.forward(**batch.inputs)
             if b < n_batches:
                 sums = self.objective.eval_sums(out, batch.target, batch.count)
-                rows[b] = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=self.device) for v in sums])
+                parts = [torch.as_tensor(v, dtype=torch.float64, device=self.device).reshape(-1) for v in sums]
+                rows[b] = torch.cat(parts)
+            if ranked:
+                if batch.target.dim() != 1:
+                    why = f"{self.p.monitor} ranks one score per sample; per-token targets have val_loss, val_accuracy"
+                    raise ParamsError("params.yaml", [("train.monitor", f"{why} and val_ece")])
+                if scores is None:
+                    scores = torch.zeros(n, out.shape[-1], device=self.device)
+                scores[start:stop] = self.objective.scores(out)  # an empty batch writes nothing
+                labels[start:stop] = batch.target
         self.model.train()
-        values = g.sum_(rows).sum(0).tolist()
-        return self.objective.metrics(dict(zip(self.objective.sum_names, values)))
+        names, totals = self.objective.sum_names, g.sum_(rows).sum(0)
+        if ranked:  # (no batch at all: no scores, and NaNs)
+            everyone = g.sum_(scores if scores is not None else torch.zeros(0, 2, device=self.device))
+            names = (*names, *self.objective.ranked_names)
+            totals = torch.cat([totals, self.objective.ranked_sums(everyone, g.sum_(labels))])
+        values = totals.tolist()  # the one host read
+        return self.objective.metrics(dict(zip(names, values)))
 
     def _evaluate(self, val: Dataset) -> None:
         p, s = self.p, self.state
-        metrics = self.evaluate(val)
+        with self.ema.swapped_in() if self.ema is not None else contextlib.nullcontext():
+            metrics = self.evaluate(val)  # with EMA, the averaged weights are the ones validated
         if p.monitor not in metrics:
             raise ParamsError(
                 "params.yaml",
@@ -640,10 +643,12 @@ class Trainer:
             "flops": self._flops,
         }
         tensors = {"model": weights, "optimizer": opt_tensors, "rng": rng_tensors}
+        if self.ema is not None:
+            tensors["ema"] = self.ema.state()
         tensors |= {f"rng_rank{r}": t for r, (t, _) in enumerate(others, start=1)}
         snapshot = self.store.save_async(s.updates, tensors, meta)
-        if s.best_update == s.updates:
-            self._best_weights = (s.updates, snapshot["model"])  # export these without reading them back
+        if s.best_update == s.updates:  # export these without reading them back
+            self._best_weights = (s.updates, self._exported(snapshot))
 
     def _resume(self) -> None:
         """Rank 0 picks the checkpoint to continue from (or none), every rank loads it."""
@@ -688,8 +693,10 @@ class Trainer:
         try:
             optimizer = unflatten_optimizer(ckpt.tensors["optimizer"], ckpt.meta["optimizer"])
             self.group.load_state(self.model, self.optimizer, ckpt.tensors["model"], optimizer)
-            for group in self.optimizer.param_groups:
-                group["lr"] = self.lr  # the device tensor the schedule writes into
+            for g, group in enumerate(self.optimizer.param_groups):
+                group["lr"] = self.lrs[g]  # the device tensor the schedule writes into
+            if self.ema is not None:  # a checkpoint without one (resume: <path> of a run without EMA) starts it anew
+                self.ema.load(ckpt.tensors.get("ema") or dict(zip(self.ema.names, self.ema.targets, strict=True)))
             if self.scaler.is_enabled() and ckpt.meta["scaler"]:
                 self.scaler.load_state_dict(ckpt.meta["scaler"])
             self.state = TrainState(**ckpt.meta["state"])
@@ -727,6 +734,12 @@ class Trainer:
         else:
             torch.manual_seed(self.seed * 1_000_003 + rank * 10_007 + self.state.updates)
 
+    def _exported(self, tensors: dict[str, dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+        """The weights to export from a checkpoint's tensors: the model's, with EMA its averaged parameters."""
+        if self.ema is None:
+            return tensors["model"]
+        return self.ema.overlay(self.model, tensors["model"], tensors["ema"])
+
     def _load_best(self) -> None:
         """Set `final_weights` (rank 0) to the best weights seen (by `monitor`), which is what gets exported, or the
         last ones; one process also leaves its model holding them."""
@@ -737,11 +750,12 @@ class Trainer:
             if self._best_weights is not None and self._best_weights[0] == s.best_update:
                 best = self._best_weights[1]
             elif path.is_dir():
-                best = load_checkpoint(path).tensors["model"]
+                best = self._exported(load_checkpoint(path).tensors)
             else:
                 print(f"train: the best checkpoint {path} is gone; keeping the last weights", file=sys.stderr)
         if self.group.broadcast(best is None):  # every rank takes part in gathering the last weights
-            best = self.group.full_state(self.model, None)[0]
+            last = self.group.full_state(self.model, None)[0]
+            best = self._exported({"model": last, "ema": self.ema.state()} if self.ema is not None else {"model": last})
         if not main:
             return
         assert best is not None

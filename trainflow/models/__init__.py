@@ -1,7 +1,8 @@
 """Built-in models and build_model(). A model's config is plain JSON so it can be rebuilt without pickle.
 
 Forward signatures: table models take `x` [N, F] (float); text models take `tokens` [N, L] (long) and `mask` [N, L]
-(bool, True for real tokens). A user model named by import path follows the same convention.
+(bool, True for real tokens); image models take `images` [N, C, H, W] (float, normalised). A user model named by import
+path follows the same convention.
 """
 
 from __future__ import annotations
@@ -36,17 +37,26 @@ class MLP(nn.Module):
         return out
 
 
-OFFERED = ("in_features", "out_features", "vocab_size", "pad_id")
+OFFERED = ("in_features", "out_features", "vocab_size", "pad_id", "in_channels", "image_size")
 
 
 def model_class(name: str) -> type[nn.Module]:
-    """mlp, text_transformer, or a user model's class by import path `package.module:Class`."""
+    """mlp, text_transformer, cnn, hf (a pretrained Transformers model: trainflow.models.hf), or a user model's class
+    by import path `package.module:Class`."""
     if name == "mlp":
         return MLP
     if name == "text_transformer":
         from trainflow.models.text import TextTransformer
 
         return TextTransformer
+    if name == "cnn":
+        from trainflow.models.cnn import CNN
+
+        return CNN
+    if name == "hf":
+        from trainflow.models.hf import HFSequenceModel
+
+        return HFSequenceModel
     module_name, _, attr = name.partition(":")
     try:
         cls = getattr(importlib.import_module(module_name), attr)

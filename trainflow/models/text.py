@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 HEADS = ("sequence", "token")
 
@@ -104,6 +105,7 @@ class TextTransformer(nn.Module):
         self.max_len = max_len
         self.pad_id = pad_id
         self.head_kind = head
+        self.checkpointing = False  # activation_checkpointing()
 
         self.tok_emb = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)
         self.pos_emb = nn.Embedding(max_len, d_model)
@@ -126,7 +128,12 @@ class TextTransformer(nn.Module):
         x = self.emb_dropout(self.tok_emb(tokens) + self.pos_emb(positions))
         attn_mask = mask[:, None, None, :]  # [N, 1, 1, L]: every query attends to the real keys only
         for block in self.blocks:
-            x = block(x, attn_mask)
+            if self.checkpointing and self.training and torch.is_grad_enabled():
+                # Keep only the block's input; backward recomputes the rest. Non-reentrant, and it restores the RNG
+                # state first, so the recomputed dropout masks are the forward's: the gradients are the same.
+                x = checkpoint(block, x, attn_mask, use_reentrant=False)
+            else:
+                x = block(x, attn_mask)
         x = self.ln_f(x)
         if self.head_kind == "token":
             out: torch.Tensor = self.head(x)
@@ -136,6 +143,24 @@ class TextTransformer(nn.Module):
         pooled = summed / weights.sum(dim=1).clamp(min=1).to(x.dtype)
         out = self.head(pooled)
         return out
+
+    def activation_checkpointing(self, on: bool) -> None:
+        """train.activation_checkpointing: recompute each block's activations in backward instead of keeping them
+        (memory of one block's activations instead of n_layers', for about one more forward pass of compute)."""
+        self.checkpointing = on
+
+    @property
+    def num_layers(self) -> int:
+        return self.n_layers
+
+    def layer_of(self, name: str) -> int:
+        """train.layer_decay's layer of a parameter: 0 the embeddings, 1..n_layers the blocks, n_layers + 1 the rest
+        (final norm and head, which learn at the scheduled rate)."""
+        if name.startswith(("tok_emb.", "pos_emb.")):
+            return 0
+        if name.startswith("blocks."):
+            return int(name.split(".")[1]) + 1
+        return self.n_layers + 1
 
     def non_embedding_params(self) -> int:
         """Parameters outside the token and positional embeddings."""

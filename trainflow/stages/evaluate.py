@@ -1,4 +1,4 @@
-"""evaluate: score the exported model on the test split; write metrics.json and the confusion-matrix plot."""
+"""evaluate: score the exported model on the test split; write metrics.json, per_class.csv and the test plots."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from trainflow.params import PipelineParams
 from trainflow.paths import Paths
 from trainflow.predict import ExportedModel
 
+ECE_BINS = 15  # as val_ece (trainflow/engine/objective.py): equal-width bins of the top-class confidence
+
 
 def classification_metrics(labels: np.ndarray, proba: np.ndarray) -> dict[str, float]:
     from sklearn.metrics import accuracy_score, f1_score, log_loss
@@ -25,7 +27,51 @@ def classification_metrics(labels: np.ndarray, proba: np.ndarray) -> dict[str, f
         "accuracy": float(accuracy_score(labels, predicted)),
         "f1_macro": float(f1_score(labels, predicted, average="macro", zero_division=0)),
         "log_loss": float(log_loss(labels, proba.astype(np.float64), labels=range(proba.shape[1]))),
+        **ranked_metrics(labels, proba),
+        "ece": expected_calibration_error(labels, proba),
     }
+
+
+def ranked_metrics(labels: np.ndarray, proba: np.ndarray) -> dict[str, float]:
+    """roc_auc and pr_auc (average precision). Binary: of the positive class (index 1). Multiclass: the macro average
+    one-vs-rest over the classes that can be scored (ROC: the class and another one occur in `labels`; AP: the class
+    occurs), so a class that missed the test split is skipped, not a crash (sklearn raises) nor a 0 that would punish
+    a perfect model. NaN when no class can be scored (a test split of one class)."""
+    from sklearn.metrics import average_precision_score, roc_auc_score
+
+    k = proba.shape[1]
+    roc, ap = [], []
+    for c in [1] if k == 2 else range(k):
+        hit, score = labels == c, proba[:, c].astype(np.float64)
+        if hit.any():
+            ap.append(average_precision_score(hit, score))
+            if not hit.all():
+                roc.append(roc_auc_score(hit, score))
+    return {"roc_auc": float(np.mean(roc)) if roc else np.nan, "pr_auc": float(np.mean(ap)) if ap else np.nan}
+
+
+def expected_calibration_error(labels: np.ndarray, proba: np.ndarray, bins: int = ECE_BINS) -> float:
+    """sum over bins b of |B_b| / n * |accuracy(B_b) - mean confidence(B_b)|, B_b the samples whose top-class
+    probability lies in (b / bins, (b + 1) / bins]."""
+    confidence = proba.max(axis=1).astype(np.float64)
+    correct = (proba.argmax(axis=1) == labels).astype(np.float64)
+    edges = np.arange(bins + 1) / bins
+    which = np.clip(np.searchsorted(edges, confidence, side="left") - 1, 0, bins - 1)
+    gaps = np.bincount(which, weights=correct - confidence, minlength=bins)  # per bin: |B| * (accuracy - confidence)
+    return float(np.abs(gaps).sum() / max(len(labels), 1))
+
+
+PER_CLASS_COLUMNS = ["class", "precision", "recall", "f1", "support"]
+
+
+def per_class(labels: np.ndarray, predicted: np.ndarray, classes: list[str]) -> pd.DataFrame:
+    """Precision, recall, F1 and support (test rows) of every class the model knows; 0 where undefined."""
+    from sklearn.metrics import precision_recall_fscore_support
+
+    precision, recall, f1, support = precision_recall_fscore_support(
+        labels, predicted, labels=range(len(classes)), zero_division=0
+    )
+    return pd.DataFrame({"class": classes, "precision": precision, "recall": recall, "f1": f1, "support": support})
 
 
 def regression_metrics(y: np.ndarray, predicted: np.ndarray) -> dict[str, float]:
@@ -65,13 +111,18 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
     # One folder of test plots, replaced whole, holding the same files for both tasks (so `dvc plots show` always
     # finds them): predictions.csv, every test row's actual and predicted value; confusion.csv, what DVC draws as a
     # confusion matrix (classes, the 19 most frequent and "other" beyond 20; for regression, deciles of the actual
-    # values); predictions.png, the confusion matrix or the predicted-vs-actual scatter.
+    # values); predictions.png, the confusion matrix or the predicted-vs-actual scatter; roc.csv and pr.csv, the ROC
+    # and precision-recall curves (binary: of the positive class; else one-vs-rest for the 10 most frequent classes;
+    # regression: the header only), also drawn in roc_pr.png (classification only).
     with atomic_dir(paths.test_plots) as out:
         if exported.pre.task == "regression":
             plots.write_csv(pd.DataFrame({"actual": labels, "predicted": outputs}), out / "predictions.csv")
             actual_bin, predicted_bin = plots.decile_bins(labels, outputs)
             plots.write_csv(pd.DataFrame({"actual": actual_bin, "predicted": predicted_bin}), out / "confusion.csv")
             plots.predicted_vs_actual(labels, outputs, out / "predictions.png")
+            plots.write_csv(pd.DataFrame(columns=plots.ROC_COLUMNS), out / "roc.csv")
+            plots.write_csv(pd.DataFrame(columns=plots.PR_COLUMNS), out / "pr.csv")
+            table = pd.DataFrame(columns=PER_CLASS_COLUMNS)
         else:
             predicted = outputs.argmax(axis=1)
             classes = np.asarray(exported.pre.classes)
@@ -81,5 +132,11 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
             plots.write_csv(pd.DataFrame({"actual": names[top_actual], "predicted": names[top_predicted]}),
                             out / "confusion.csv")  # fmt: skip
             plots.confusion_matrix(labels, predicted, list(classes), out / "predictions.png")
+            roc, pr = plots.curves(labels, outputs, list(classes))
+            plots.write_csv(roc, out / "roc.csv")
+            plots.write_csv(pr, out / "pr.csv")
+            plots.roc_pr_curves(labels, outputs, list(classes), out / "roc_pr.png")
+            table = per_class(labels, predicted, list(classes))
+    plots.write_csv(table, paths.per_class)  # the header only for regression (DVC wants every output to exist)
     write_json(paths.metrics, metrics)
     return metrics

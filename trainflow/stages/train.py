@@ -23,19 +23,45 @@ import torch
 from trainflow import plots, tracking
 from trainflow.data.preprocess import Preprocessor
 from trainflow.data.schema import Schema
-from trainflow.engine import distributed
-from trainflow.engine.data import Dataset
+from trainflow.engine import batch_size, distributed
+from trainflow.engine.augment import Augment
+from trainflow.engine.data import Dataset, ImageData
 from trainflow.engine.objective import Objective
 from trainflow.engine.precision import Precision, resolve_device, resolve_precision
 from trainflow.engine.trainer import Logger, NullLogger, Trainer
-from trainflow.errors import UserError
+from trainflow.errors import ParamsError, UserError
 from trainflow.export import export, model_config
 from trainflow.fingerprint import data_hash, fingerprint
 from trainflow.io import write_json
-from trainflow.models import build_model, user_source
+from trainflow.models import build_model, hf, user_source
 from trainflow.params import PipelineParams
 from trainflow.paths import SPLITS, Paths
 from trainflow.predict import model_inputs
+
+
+def class_weights(labels: np.ndarray, n_classes: int) -> list[float]:
+    """sklearn's "balanced" weights: n / (classes * count of the class); a class with no train rows weighs 1."""
+    counts = np.bincount(labels, minlength=n_classes)
+    return [len(labels) / (n_classes * int(c)) if c else 1.0 for c in counts]
+
+
+def objective(
+    params: PipelineParams, schema: Schema, pre: Preprocessor, train: pd.DataFrame, where: str, device: torch.device
+) -> Objective:
+    """The loss and metrics of the task, with train's regularisers (label smoothing, class weights)."""
+    t = params.train
+    if schema.task == "regression":
+        wrong = [("train.label_smoothing", "smooths class labels", t.label_smoothing != 0),
+                 ("train.class_weights", "weighs classes", t.class_weights != "none")]  # fmt: skip
+        problems = [(field, f"{what}; this task is regression: leave it at its default") for field, what, bad in wrong
+                    if bad]  # fmt: skip
+        if problems:
+            raise ParamsError("params.yaml", problems)
+        return Objective("regression", target_scale=pre.target_std)
+    weights = None
+    if t.class_weights == "balanced":
+        weights = torch.tensor(class_weights(pre.labels(train, where), len(pre.classes)), device=device)
+    return Objective("classification", label_smoothing=t.label_smoothing, class_weights=weights)
 
 
 def seed_everything(seed: int) -> None:
@@ -89,6 +115,7 @@ class Setup:
     precision: Precision
     data_hash: str
     val_frame: pd.DataFrame
+    batch: batch_size.Choice | None = None  # what train.batch_size auto chose (None: a fixed batch size)
 
 
 def setup(
@@ -101,31 +128,51 @@ def setup(
 ) -> Setup:
     schema = Schema.read(paths.split_schema)
     frames = {s: pd.read_parquet(paths.split_file(s)) for s in ("train", "val")}
-    pre = Preprocessor.fit(frames["train"], schema, params.features)
+    pretrained = hf.resolve(params.model.name, paths.root) if hf.is_hf(params.model.name) else None
+    tokenizer = hf.tokenizer(pretrained, params.features.max_length) if pretrained and schema.text_column else None
+    pre = Preprocessor.fit(frames["train"], schema, params.features, tokenizer)
     precision = resolve_precision(params.train.precision, device)
     train, val = (model_inputs(pre, f, str(paths.split_file(s)), with_labels=True) for s, f in frames.items())
+    if isinstance(train, ImageData):  # the train split alone is augmented: val is scored as evaluate scores test
+        train.augment = Augment(**params.features.augment.model_dump())
     for data in (train, val):
         data.to(device)  # tables move to the training device; text batches are padded on the host, then copied
     seed_everything(params.seed)
-    config = model_config(params, pre)
+    config = model_config(params, pre, pretrained)
     model = build_model(config)  # the same initial weights on every rank
+    if params.train.activation_checkpointing:
+        enable = getattr(model, "activation_checkpointing", None)
+        if enable is None:
+            raise ParamsError(
+                "params.yaml",
+                [("train.activation_checkpointing", f"{type(model).__name__} cannot recompute its activations "
+                  "(text_transformer and hf: models can; a user model needs an activation_checkpointing(on) "
+                  "method); set it to false")],
+            )  # fmt: skip
+        enable(True)
     source = user_source(model)  # before FSDP swaps the model's class for a sharded one
     if group.distributed:
         seed_everything(params.seed * 1_000_003 + group.rank)  # but each rank its own dropout masks
     dhash = data_hash(paths)
+    task = objective(params, schema, pre, frames["train"], str(paths.split_file("train")), device)
+    # batch_size auto becomes numbers here, before the Trainer (which only sees numbers). The fingerprint keeps the
+    # params as written: the same global batch split otherwise on another machine resumes (exact accumulation).
+    train_params, choice = batch_size.resolve(params.train, model, train, task, precision, device, group)
+    if choice is not None and group.is_main:
+        print(choice.describe(), file=sys.stderr)
     trainer = Trainer(
         model,
-        params.train,
+        train_params,
         seed=params.seed,
         device=device,
         precision=precision,
-        objective=Objective(schema.task, target_scale=pre.target_std),
+        objective=task,
         checkpoint_dir=checkpoint_dir,
         fingerprint=fingerprint(params, dhash, paths.root),
         logger=logger,
         group=group,
     )
-    return Setup(trainer, train, val, pre, schema, config, source, precision, dhash, frames["val"])
+    return Setup(trainer, train, val, pre, schema, config, source, precision, dhash, frames["val"], choice)
 
 
 def _train(params: PipelineParams, paths: Paths, device: torch.device, group: distributed.Group) -> dict[str, Any]:
@@ -134,7 +181,8 @@ def _train(params: PipelineParams, paths: Paths, device: torch.device, group: di
     run = tracking.TrainingRun(paths.root, params.tracking.experiment, paths.reports / "train_metrics_local.json")
     if group.is_main:
         run.start(params.model_dump(), tags={"trainflow.data_sha256": dhash, "trainflow.precision": precision.name})
-    logger = run.logger() if group.is_main else NullLogger()
+    tensorboard = paths.tensorboard if params.tracking.tensorboard else None
+    logger = tracking.loggers(run, tensorboard) if group.is_main else NullLogger()
     trainer.logger = logger
     try:
         state = trainer.fit(built.train, built.val)
@@ -159,11 +207,19 @@ def _train(params: PipelineParams, paths: Paths, device: torch.device, group: di
         "precision": precision.name,
         "device": device.type,
         "world_size": group.world_size,
+        "batch_size_auto": None if built.batch is None else built.batch.summary(),  # train.batch_size auto's choice
+        "peak_memory_mb": torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None,
         "data_sha256": dhash,
         "resumed_from_update": trainer.resumed_from,
+        # train.class_weights: balanced, as fitted on this train split (None: every class weighs 1)
+        "class_weights": None if (w := trainer.objective.class_weights) is None else w.tolist(),
     }
     if built.source is not None:  # a user model: evaluate and predict check its code is the same
         summary["model_source"] = {"module": built.source["module"], "sha256": built.source["sha256"]}
+    if "pretrained" in built.config:  # hf: where the weights fine-tuned from came from
+        directory = Path(built.config["pretrained"])
+        summary["pretrained"] = {"model": params.model.name, "directory": str(directory),
+                                 "sha256": hf.directory_hash(directory)}  # fmt: skip
     export(trainer.final_weights, built.config, built.pre, built.schema, summary, paths.final)
     history = plots.history_frame(state.history)
     plots.write_csv(history, paths.plots / "history.csv")

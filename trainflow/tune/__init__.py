@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from trainflow.errors import ParamsError, ServiceError, UserError
-from trainflow.params import PipelineParams
+from trainflow.params import RANKED, PipelineParams
 from trainflow.paths import SPLITS, Paths
 
 FIXED_FOR_A_STUDY = ("seed", "data", "split")  # they make data/splits, which every trial shares
@@ -48,6 +48,12 @@ def check(params: PipelineParams, paths: Paths) -> None:
         raise ParamsError(
             "params.yaml",
             [("train.world_size", "a sweep runs each trial in one process; set it to 1 and use tune.workers")],
+        )
+    metric = params.tune.metric
+    if metric in RANKED and metric != params.train.monitor:
+        raise ParamsError(
+            "params.yaml",
+            [("tune.metric", f"{metric} is measured only when it is train.monitor; set train.monitor: {metric} too")],
         )
     for s in SPLITS:
         if not paths.split_file(s).is_file():

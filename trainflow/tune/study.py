@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainflow.errors import ParamsError, UserError
 from trainflow.io import write_json
-from trainflow.params import PipelineParams, TuneParams
+from trainflow.params import MINIMIZED, PipelineParams, TuneParams
 from trainflow.tune import space as space_
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ def objective(params: PipelineParams) -> tuple[str, bool]:
         return metric, t.direction == "minimize"
     if metric == params.train.monitor:
         return metric, params.train.minimize
-    return metric, metric in ("val_loss", "val_rmse")
+    return metric, metric in MINIMIZED
 
 
 def storage(spec: str | None, root: Path) -> optuna.storages.BaseStorage:

@@ -86,7 +86,9 @@ def run(s: Study, c: Claim, data_hash: str) -> str:
         run.start(params.model_dump(), tags=tags, run_name=f"{s.name}-trial-{n}")
         if run.run_id:
             trial.set_user_attr("mlflow_run_id", run.run_id)
-    logger = Reporter(trial, s.metric, run.logger())
+    # tracking.tensorboard: the trial's events in its own folder, reports/tensorboard/tune/<study>/trial_NNNN/<run>
+    tensorboard = Paths(s.root).tensorboard / "tune" / s.name / c.directory.name
+    logger = Reporter(trial, s.metric, tracking.loggers(run, tensorboard if params.tracking.tensorboard else None))
     device = resolve_device(params.train.device)
     built = setup(params, Paths(s.root), device, distributed.Group(), c.directory / "checkpoints", logger)
     if c.resumed:
