@@ -38,6 +38,10 @@ os.environ.update(
         "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
         "DO_NOT_TRACK": "1",
         "TRAINFLOW_RETRY_DELAY_S": "0",  # tasks/retry.py: retries of the outside-world tasks start at once
+        # Hugging Face: never the hub, never the home cache (tests build their tiny models: tiny_bert)
+        "HF_HUB_OFFLINE": "1",
+        "HF_HOME": tempfile.mkdtemp(prefix="trainflow-hf-"),
+        "HF_HUB_DISABLE_TELEMETRY": "1",
     }
 )
 os.environ.pop("PREFECT_API_URL", None)
@@ -149,3 +153,30 @@ def params_file(tmp_path: Path) -> Path:
     """A copy of this repo's params.yaml to change."""
     shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
     return tmp_path / "params.yaml"
+
+
+def tiny_bert(directory: Path, words: list[str], labels: int = 2, seed: int = 0, dropout: float = 0.1) -> Path:
+    """A tiny random BERT (2 layers of width 32) and its WordPiece tokenizer over `words`, written by save_pretrained
+    into `directory`: what a user's local pretrained model looks like, without a download."""
+    import torch
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+    from transformers import BertConfig, BertForSequenceClassification, PreTrainedTokenizerFast
+
+    special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    vocab = {w: i for i, w in enumerate([*special, *dict.fromkeys(w.lower() for w in words)])}
+    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])]
+    )
+    PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]",
+        mask_token="[MASK]",
+    ).save_pretrained(directory)  # fmt: skip
+    config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=64, num_labels=labels,
+                        hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)  # fmt: skip
+    torch.manual_seed(seed)
+    BertForSequenceClassification(config).save_pretrained(directory)
+    return directory

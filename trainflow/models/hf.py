@@ -1,0 +1,209 @@
+"""Pretrained Hugging Face Transformers, fine-tuned as sequence classifiers or regressors: `model.name: hf:<where>`.
+
+<where> is a directory written by `save_pretrained` (the model and its tokenizer), relative to the project root or
+absolute, or a hub id already in the local Hugging Face cache. Nothing is downloaded: trainflow runs offline. The
+model is `AutoModelForSequenceClassification` with as many outputs as the task needs (a new head when the saved one
+has another size); its own tokenizer encodes the text (`tokenizer`).
+
+The exported model (models/final) holds the fine-tuned weights as safetensors, the Transformers config inside
+model.json and the tokenizer as tokenizer.json: predicting and serving it need neither the pretrained directory nor a
+download (`HFSequenceModel` without `pretrained` builds the architecture from the config, then the weights load).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainflow.errors import UserError
+
+PREFIX = "hf:"
+NAME = "hf"  # the model's name in its exported config (model.json)
+# A numbered layer in a parameter's name: BERT's encoder.layer.3., Llama's layers.3., GPT-2's h.3., T5's block.3.
+LAYER = re.compile(r"\.(?:layer|layers|h|block|blocks)\.(\d+)\.")
+
+
+def is_hf(name: str) -> bool:
+    return name.startswith(PREFIX)
+
+
+def resolve(name: str, root: Path) -> Path:
+    """The local directory `hf:<where>` names: a directory (relative to `root`), or a hub id's snapshot in the local
+    Hugging Face cache. A clear error saying how to get the model when it is neither."""
+    where = name[len(PREFIX) :].strip()
+    path = (root / Path(where).expanduser()).resolve()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise UserError(
+                f"model.name {name}: {path} has no config.json; give the directory that save_pretrained(...) wrote "
+                "(the model and its tokenizer), e.g. model.save_pretrained(dir) and tokenizer.save_pretrained(dir)"
+            )
+        return path
+    from huggingface_hub import constants, snapshot_download
+
+    try:
+        return Path(snapshot_download(where, local_files_only=True))
+    except Exception:  # not in the cache, or not a hub id at all: the same advice
+        raise UserError(
+            f"model.name {name}: no directory {path}, and no model {where!r} in the local Hugging Face cache "
+            f"({constants.HF_HUB_CACHE}); trainflow downloads nothing. On a machine with internet, save it with "
+            f"`hf download {where}` (into the cache; copy the cache here) or with "
+            f"AutoModelForSequenceClassification.from_pretrained({where!r}).save_pretrained(dir) and "
+            f"AutoTokenizer.from_pretrained({where!r}).save_pretrained(dir), then set model.name: hf:dir"
+        ) from None
+
+
+@functools.cache
+def _hash(directory: Path, listing: tuple[tuple[str, int, int], ...]) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    for rel, _, _ in listing:
+        h.update(rel.encode() + b"\0")
+        with open(directory / rel, "rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def directory_hash(directory: Path) -> str:
+    """sha256 over the pretrained directory's files (names and bytes; hidden files left out). What resume checks and
+    training.json records: other pretrained weights or another tokenizer are another model. Hashed once per process
+    while no file changes (size and mtime)."""
+    files = sorted(p for p in directory.rglob("*") if p.is_file() and not any(s.startswith(".") for s in p.parts))
+    listing = tuple((p.relative_to(directory).as_posix(), (s := p.stat()).st_size, s.st_mtime_ns) for p in files)
+    return _hash(directory, listing)
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Transformers' own loading report off (trainflow says what matters: a new head); its warnings stay errors."""
+    from transformers.utils import logging
+
+    level = logging.get_verbosity()
+    logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(level)
+
+
+def _auto_config(directory: Path) -> Any:
+    from transformers import AutoConfig
+
+    with _quiet():
+        return AutoConfig.from_pretrained(str(directory), local_files_only=True)
+
+
+def config(directory: Path, classes: list[str], outputs: int, max_length: int) -> dict[str, Any]:
+    """The model's part of model.json: the Transformers config (JSON) with the task's outputs and labels."""
+    cfg = _auto_config(directory)
+    limit = getattr(cfg, "max_position_embeddings", None)
+    if isinstance(limit, int) and max_length > limit:
+        raise UserError(
+            f"features.max_length is {max_length} but {directory} takes at most {limit} tokens per sequence "
+            f"(max_position_embeddings); set features.max_length <= {limit}"
+        )
+    cfg.num_labels = outputs
+    cfg.id2label = {i: c for i, c in enumerate(classes)} if classes else {0: "value"}
+    cfg.label2id = {c: i for i, c in cfg.id2label.items()}
+    return {"hf_config": json.loads(cfg.to_json_string(use_diff=False))}
+
+
+def tokenizer(directory: Path, max_length: int) -> tuple[Any, int]:
+    """The pretrained model's own (fast) tokenizer as a `tokenizers.Tokenizer` truncating to `max_length` tokens (its
+    special tokens included), and the id that pads its sequences."""
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer
+
+    try:
+        with _quiet():
+            auto = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise UserError(
+            f"model {directory}: its tokenizer cannot be loaded ({exc}); save it there with "
+            "AutoTokenizer.from_pretrained(...).save_pretrained(dir)"
+        ) from None
+    if not getattr(auto, "is_fast", False):
+        raise UserError(
+            f"model {directory}: its tokenizer ({type(auto).__name__}) is not a fast one; trainflow needs "
+            "tokenizer.json (save a fast tokenizer: AutoTokenizer.from_pretrained(..., use_fast=True)"
+            ".save_pretrained(dir))"
+        )
+    tok = Tokenizer.from_str(auto.backend_tokenizer.to_str())
+    tok.no_padding()  # batches are padded by the engine, to each batch's longest sequence
+    tok.enable_truncation(max_length)
+    pad = auto.pad_token_id
+    return tok, int(pad) if pad is not None else 0  # without a pad token any id does: the mask hides it
+
+
+class HFSequenceModel(nn.Module):
+    """A Transformers sequence classification model behind trainflow's text convention: forward(tokens, mask) ->
+    logits [N, out_features]. With `pretrained` (a directory) it starts from those weights; without, from the config
+    alone (the exported model: its weights load next)."""
+
+    def __init__(self, out_features: int, hf_config: dict[str, Any], pretrained: str | None = None) -> None:
+        super().__init__()
+        from transformers import AutoConfig, AutoModelForSequenceClassification
+
+        settings = {**hf_config, "num_labels": out_features}
+        cfg = AutoConfig.for_model(**settings)
+        with _quiet():
+            if pretrained is None:
+                model = AutoModelForSequenceClassification.from_config(cfg)
+                new: list[str] = []
+            else:
+                model, info = AutoModelForSequenceClassification.from_pretrained(
+                    pretrained, config=cfg, local_files_only=True, ignore_mismatched_sizes=True,
+                    output_loading_info=True,
+                )  # fmt: skip
+                new = sorted({*info["missing_keys"], *(k[0] for k in info["mismatched_keys"])})
+        if new:
+            print(f"[trainflow] {pretrained}: new (randomly initialised) weights: {', '.join(new)}", flush=True)
+        self.model = model.float()  # float32 master weights whatever the checkpoint's dtype (precision is autocast)
+        self.out_features = out_features
+        self.num_layers = int(getattr(model.config, "num_hidden_layers", 0) or 0)
+        self.hidden_size = int(getattr(model.config, "hidden_size", 0) or 0)
+
+    def forward(self, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        logits: torch.Tensor = self.model(input_ids=tokens, attention_mask=mask.to(torch.long)).logits
+        return logits
+
+    def layer_of(self, name: str) -> int:
+        """train.layer_decay's layer of a parameter: 0 the embeddings, 1..num_layers the numbered layers, num_layers + 1
+        the rest (pooler, head), which learns at the scheduled rate."""
+        if ".embeddings." in name or "embed_tokens" in name or ".wte." in name or ".wpe." in name:
+            return 0
+        found = LAYER.search(name)
+        return int(found.group(1)) + 1 if found else self.num_layers + 1
+
+    def activation_checkpointing(self, on: bool) -> None:
+        """Recompute each layer's activations in backward instead of keeping them (Transformers' own checkpointing,
+        non-reentrant: it keeps the RNG state, so dropout masks are the same)."""
+        # Transformers 5 renamed gradient_checkpointing_* to activation_checkpointing_* (the old names warn).
+        newer = hasattr(self.model, "activation_checkpointing_enable")
+        if not on:
+            (self.model.activation_checkpointing_disable if newer else self.model.gradient_checkpointing_disable)()
+            return
+        if not getattr(self.model, "supports_gradient_checkpointing", False):
+            raise UserError(f"{type(self.model).__name__} does not support activation checkpointing")
+        kwargs = {"use_reentrant": False}
+        if newer:
+            self.model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+    def flops_per_token(self, seq_len: int) -> float:
+        """Training FLOPs per token, as for trainflow's text transformer: 6 * non-embedding params + 12 * layers *
+        hidden size * seq_len."""
+        embedding = sum(p.numel() for n, p in self.named_parameters() if self.layer_of(n) == 0)
+        params = sum(p.numel() for p in self.parameters()) - embedding
+        return float(6 * params + 12 * self.num_layers * self.hidden_size * seq_len)
