@@ -27,6 +27,7 @@ from tasks import dvc
 from tasks.ingest import ingest
 from tasks.split import split
 from trainflow import tune
+from trainflow.errors import ParamsError
 from trainflow.params import PipelineParams, load_params
 from trainflow.paths import Paths
 
@@ -57,6 +58,8 @@ def tune_worker(root: str = ".", overrides: list[str] | None = None, trials: int
     """A worker on any machine of a work pool: claims and runs trials of the study until none is left."""
     paths = Paths(Path(root).resolve())
     params = _params(paths, overrides or [])
+    if params.tune.backend != "optuna":
+        raise ParamsError("params.yaml", [("tune.backend", "a work-pool worker runs Optuna trials: set it to optuna")])
     return tune.work(params, paths.root, trials or params.tune.trials, *tune.hashes(params, paths))
 
 
@@ -83,6 +86,11 @@ def sweep(
             dvc.commit(project, stage_task.name)
     params = _params(paths, overrides or [])
     tune.check(params, paths)
+    if params.tune.backend == "ray":  # Ray schedules its own trials (locally, or on the cluster of RAY_ADDRESS)
+        if deployment:
+            raise ParamsError("params.yaml", [("tune.backend", "ray runs on a Ray cluster, not a Prefect work pool: "
+                                               "leave out deployment, or set tune.backend: optuna")])  # fmt: skip
+        return tune.run(params, paths, trials=trials, workers=workers, apply=apply)
     budget, workers = trials or params.tune.trials, workers or params.tune.workers
     data, code = tune.hashes(params, paths)
     s = open_study(params, project, budget, data, code, on_create=tune.parent_run(params, project))

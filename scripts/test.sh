@@ -8,6 +8,9 @@ cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"
 if [ "${1:-}" = "--slow" ]; then
   shift
+  # The slow tier also tests tune.backend: ray, an optional extra (a ~80 MB wheel README line 2 does not need).
+  python -c "import ray.tune" 2>/dev/null || python -m pip install --disable-pip-version-check -q -e ".[ray]" \
+    -c <(echo "torch==$(python -W ignore -c "import torch; print(torch.__version__.split('+')[0])")")
   exec python -m pytest -q -m slow "$@"
 fi
 ruff check .

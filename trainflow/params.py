@@ -705,6 +705,11 @@ class TuneParams(Section):
         "earlier trials at the same update), hyperband, or none.",
     )
     seed: int | None = Field(None, ge=0, description="Seed of the sampler; null = the top-level seed.")
+    backend: Literal["optuna", "ray"] = Field(
+        "optuna",
+        description="optuna (trainflow's own workers on the study's storage) or ray (Ray Tune with ASHA, the "
+        "optional extra `.[ray]`: on the cluster of RAY_ADDRESS, else a local one; tune.storage is not used).",
+    )
     storage: str | None = Field(
         None,
         description="Where the study lives: null = an Optuna journal file, models/tune/journal.log (safe for "

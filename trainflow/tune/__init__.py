@@ -77,21 +77,26 @@ def run(
 
     budget, workers = trials or params.tune.trials, workers or params.tune.workers
     check(params, paths)
-    data, code = hashes(params, paths)
-    s = open_study(params, paths.root, budget, data, code, on_create=parent_run(params, paths.root))
-    ended = s.terminal()
-    say(
-        f"study {s.name!r}: {ended}/{budget} trials ended; {workers} worker(s); optimising {s.metric} "
-        f"({'min' if s.minimize else 'max'}imize); storage {params.tune.storage or 'models/tune/journal.log'}"
-    )
     failed: list[str] = []
-    if ended < budget and workers == 1:
-        work(params, paths.root, budget, data, code)  # in this process
-    elif ended < budget:
-        failed = _work_locally(s, workers)
+    if params.tune.backend == "ray":
+        from trainflow.tune import ray_backend
+
+        s, left = ray_backend.run(params, paths, budget, workers)
+    else:
+        data, code = hashes(params, paths)
+        s = open_study(params, paths.root, budget, data, code, on_create=parent_run(params, paths.root))
+        ended = s.terminal()
+        say(
+            f"study {s.name!r}: {ended}/{budget} trials ended; {workers} worker(s); optimising {s.metric} "
+            f"({'min' if s.minimize else 'max'}imize); storage {params.tune.storage or 'models/tune/journal.log'}"
+        )
+        if ended < budget and workers == 1:
+            work(params, paths.root, budget, data, code)  # in this process
+        elif ended < budget:
+            failed = _work_locally(s, workers)
+        left = budget - s.terminal()
     top = results.write(s, paths.reports / "tune")
     summary = _summary(s, top)
-    left = budget - s.terminal()
     if left == 0:
         finish_parent(s, top)
     if apply:
@@ -100,11 +105,19 @@ def run(
         written = results.apply(top, paths.params)
         say(f"applied trial {top['trial']} to {paths.params}: {', '.join(written)}")
         summary["applied"] = written
-    if left:
+    if left and params.tune.backend == "optuna" and not failed:
         orphans = stale(s)
+        if not orphans and not any(t.state.name == "WAITING" for t in s.trials()):
+            # Nothing left to claim, and the trials not ended are held by live workers of another command (or
+            # machine): this command's share is done. The last worker to end writes the final reports.
+            say(f"{left} trial(s) are still running in another worker; reports/tune/ holds them once they end")
+            summary["running_elsewhere"] = left
+            return summary
+    if left:
+        stopped = stale(s) if params.tune.backend == "optuna" else "see Ray's experiment in models/tune/ray"
         why = f"worker(s) {', '.join(failed)} stopped; " if failed else ""
         raise TuneIncomplete(
-            f"tune: {left} of {budget} trials did not end ({why}trials left by a stopped worker: {orphans or 'none'}). "
+            f"tune: {left} of {budget} trials did not end ({why}trials left by a stopped worker: {stopped or 'none'}). "
             "Everything finished is kept; rerun `trainflow tune` to resume them from their checkpoints."
         )
     return summary
@@ -169,18 +182,24 @@ def _work_locally(s: Any, workers: int) -> list[str]:
     return failed
 
 
+def start_parent(params: PipelineParams, root: Path) -> str | None:
+    """Start the study's MLflow run (each trial's run is its child); its id, or None when MLflow did not answer."""
+    from trainflow import tracking
+
+    run = tracking.TrainingRun(root, params.tracking.experiment, root / "models" / "tune" / "parent_local.json")
+    tags = {"trainflow.tune.study": params.tune.study, "trainflow.tune.role": "study"}
+    run.start({"tune": params.tune.model_dump(mode="json")}, tags=tags, run_name=f"tune-{params.tune.study}")
+    return run.run_id
+
+
 def parent_run(params: PipelineParams, root: Path) -> Any:
-    """The study's MLflow run, made by the process that creates the study; each trial's run is its child."""
+    """The study's MLflow run, made by the process that creates the study."""
 
     def create(study: Any) -> None:
-        from trainflow import tracking
         from trainflow.tune.study import PARENT_RUN
 
-        run = tracking.TrainingRun(root, params.tracking.experiment, root / "models" / "tune" / "parent_local.json")
-        tags = {"trainflow.tune.study": params.tune.study, "trainflow.tune.role": "study"}
-        run.start({"tune": params.tune.model_dump(mode="json")}, tags=tags, run_name=f"tune-{params.tune.study}")
-        if run.run_id:
-            study.set_user_attr(PARENT_RUN, run.run_id)
+        if run_id := start_parent(params, root):
+            study.set_user_attr(PARENT_RUN, run_id)
 
     return create
 

@@ -166,7 +166,7 @@ def identity(params: PipelineParams, data_hash: str, code_hash: str) -> dict[str
     from trainflow.io import sha256_json
 
     shared = params.model_dump(mode="json", exclude={"register", "deploy", "evaluate", "tracking"})
-    for key in ("trials", "workers", "storage"):
+    for key in ("trials", "workers", "storage", "backend"):
         shared["tune"].pop(key)
     shared["train"].pop("progress")
     return {"params": sha256_json(shared), "data": data_hash, "code": code_hash}

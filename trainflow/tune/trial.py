@@ -117,7 +117,7 @@ def run(s: Study, c: Claim, data_hash: str) -> str:
         trial.set_user_attr("error", str(error).splitlines()[0])
         state, told, detail = "failed", TrialState.FAIL, str(error)
     else:
-        value = _value_at_best(end.history, end.best_update, s.metric)
+        value = value_at_best(end.history, end.best_update, s.metric)
         finite = math.isfinite(value)
         state, told, detail = (
             ("complete", TrialState.COMPLETE, f"{s.metric} {value:.4g}")
@@ -134,7 +134,7 @@ def run(s: Study, c: Claim, data_hash: str) -> str:
     return state
 
 
-def _value_at_best(history: list[dict[str, float]], best_update: int, metric: str) -> float:
+def value_at_best(history: list[dict[str, float]], best_update: int, metric: str) -> float:
     """The metric at the trial's best checkpoint (the weights the train stage would export)."""
     for record in history:
         if int(record["update"]) == best_update and metric in record:
