@@ -152,3 +152,26 @@ def test_the_guard_catches_a_sync_added_to_the_step(tmp_path: Path, injected: An
     t._clip_gradients = clip_then_sync  # type: ignore[method-assign]
     with pytest.raises(HostSyncError, match="host-device sync"), no_host_sync():
         t.train_step(windows(data, 16, 1, 1)[0])
+
+
+def test_an_hf_model_step_never_reads_the_device(tmp_path: Path) -> None:
+    """hf: models too: Transformers' SDPA mask helper would ask the device whether any token is padding (a 2-D mask's
+    `.all()`); HFSequenceModel hands it a 4-D mask it uses as it is. Checkpointing and layer decay on, as users run."""
+    from conftest import tiny_bert
+
+    from trainflow.models import hf
+
+    directory = tiny_bert(tmp_path / "bert", [f"w{i}" for i in range(40)], labels=4)
+    classes = ["a", "b", "c", "d"]  # text_data's labels are 0..3
+    model = hf.HFSequenceModel(4, hf.config(directory, classes, 4, 64)["hf_config"], str(directory))
+    model.activation_checkpointing(True)
+    data = text_data(n=64, per_token=False, vocab=40)
+    t = make_trainer(tmp_path, model, batch_size=8, accumulate=2, layer_decay=0.8)
+    t.objective = Objective("classification")
+    t.decide_on_device = True
+    t.prepare(data)
+    steps = windows(data, 8, 2, 3)
+    with no_host_sync():
+        for micro in steps:
+            t.train_step(micro)
+    assert t.counters.applied == 3

@@ -174,7 +174,11 @@ class HFSequenceModel(nn.Module):
         self.hidden_size = int(getattr(model.config, "hidden_size", 0) or 0)
 
     def forward(self, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        logits: torch.Tensor = self.model(input_ids=tokens, attention_mask=mask.to(torch.long)).logits
+        # The mask as [N, 1, L, L] booleans (a view): Transformers uses a 4-D mask as it is, where from a 2-D one its
+        # SDPA helper first asks the device whether any token is padding (`mask.all()`, a host sync per forward).
+        n, length = mask.shape
+        attention = mask.bool()[:, None, None, :].expand(n, 1, length, length)
+        logits: torch.Tensor = self.model(input_ids=tokens, attention_mask=attention).logits
         return logits
 
     def layer_of(self, name: str) -> int:
