@@ -76,3 +76,10 @@ def test_ray_trials_killed_mid_training_resume_from_their_checkpoints(tmp_path: 
     assert load_params(root / "params.yaml").train.lr == pytest.approx(
         json.loads(json.dumps(best["params"]))["train.lr"]
     )
+
+    # The study refuses to continue under other params, and its advice works.
+    other = tune(root, home, "-S", "train.epochs=5")
+    assert other.returncode != 0 and "was run with other params" in other.stderr, other.stderr[-2000:]
+    fresh = tune(root, home, "-S", "train.epochs=5", "-S", "tune.study=fresh", "-S", "tune.trials=1")
+    assert fresh.returncode == 0, fresh.stderr[-2000:]
+    assert len(pd.read_csv(root / "reports/tune/trials.csv")) == 1

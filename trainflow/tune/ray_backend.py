@@ -82,7 +82,11 @@ def trial(config: dict[str, Any], spec: dict[str, Any]) -> None:
     trial_id = tune.get_context().get_trial_id()
     fixed: Any = optuna.trial.FixedTrial(config)  # Ray's config is Optuna's encoding of the values: decode it
     values = space.suggest(fixed, base.tune.space)
-    params = with_values(base, {**values, "train.progress": False}, f"tune.space (trial {trial_id})")
+    try:
+        params = with_values(base, {**values, "train.progress": False}, f"tune.space (trial {trial_id})")
+    except UserError as exc:  # values that do not go together (e.g. n_heads not dividing d_model): a failed trial
+        tune.report({ENDED: 1, FAILED: str(exc).splitlines()[0]})
+        return
     directory = root / "models" / "tune" / base.tune.study / "ray" / trial_id
     directory.mkdir(parents=True, exist_ok=True)
     run = tracking.TrainingRun(root, params.tracking.experiment, directory / "metrics_local.json")
@@ -207,16 +211,27 @@ def _sampler(t: Any, seed: int) -> Any:
 
 
 def _parent(params: PipelineParams, paths: Paths, experiment: Path) -> str | None:
-    """The study's MLflow run: made once, its id kept beside the Ray experiment so a restore reuses it."""
+    """The study's MLflow run: made once, its id kept beside the Ray experiment (with what its trials share: params,
+    data, code) so that a restore reuses it, and refuses to mix trials of other params into the study."""
     from trainflow.io import read_json, write_json
-    from trainflow.tune import start_parent
+    from trainflow.tune import hashes, start_parent
+    from trainflow.tune.study import identity
 
+    shared = identity(params, *hashes(params, paths))
     record = experiment.parent / f"{params.tune.study}.parent.json"
     if record.is_file():
-        return read_json(record).get("run_id")
+        known = read_json(record)
+        changed = [k for k, v in shared.items() if known.get("identity", {}).get(k) != v]
+        if changed:
+            raise UserError(
+                f"tune: study {params.tune.study!r} (ray, {experiment}) was run with other {' and '.join(changed)}; "
+                "its trials would not be comparable. Give this sweep a new name (-S tune.study=<new name>), or "
+                f"delete {experiment} and {record} to start that study again"
+            )
+        return known.get("run_id")
     run_id = start_parent(params, paths.root)
     record.parent.mkdir(parents=True, exist_ok=True)
-    write_json(record, {"run_id": run_id})
+    write_json(record, {"run_id": run_id, "identity": shared})
     return run_id
 
 
@@ -259,6 +274,8 @@ def _study(
             state, value = TrialState.FAIL, None
         elif m.get(ENDED) == 1 and isinstance(value, float) and math.isfinite(value):
             state = TrialState.COMPLETE
+        elif m.get(ENDED) == 1:  # trained to its end without a finite metric
+            state, value = TrialState.FAIL, None
         elif m:
             state, value = TrialState.PRUNED, None
         else:  # never reported: not started, or restored before its first evaluation
