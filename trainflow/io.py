@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from trainflow.errors import DataError
+
 # Windows cannot open a directory to fsync it (os.open fails); NTFS journals renames itself.
 FSYNC_DIRECTORIES = os.name != "nt"
 
@@ -101,6 +103,20 @@ def write_json(path: Path, obj: Any) -> None:
 
 def read_json(path: Path) -> Any:
     return json.loads(path.read_text())
+
+
+def read_parquet(path: Path, repair: str) -> Any:
+    """A Parquet file a stage wrote (a pandas DataFrame). One that cannot be read (truncated, overwritten, half a
+    download) is a DataError naming it and `repair`, the commands that restore it."""
+    import pandas as pd
+    import pyarrow as pa
+
+    try:
+        return pd.read_parquet(path)
+    except FileNotFoundError:
+        raise DataError(f"{path} is missing; {repair}") from None
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise DataError(f"{path} cannot be read, it is corrupt or truncated ({exc}); {repair}") from None
 
 
 def sha256_files(paths: list[Path]) -> str:

@@ -5,9 +5,18 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 PARAMS_FILE = "params.yaml"
 SPLITS = ("train", "val", "test")  # the split files data/splits/<name>.parquet
+
+
+def restore(out: str, stage: str) -> str:
+    """How to repair a damaged output of `stage`: the copy DVC committed, or the stage run again."""
+    return (
+        f"restore the version DVC committed with `dvc checkout --force {out}`, or write it again with "
+        f"`trainflow stage {stage}`"
+    )
 
 
 def find_root(start: Path | None = None) -> Path:
@@ -51,6 +60,18 @@ class Paths:
 
     def split_file(self, name: str) -> Path:
         return self.splits / f"{name}.parquet"
+
+    def read_split(self, name: str) -> Any:
+        """data/splits/<name>.parquet as a DataFrame; a damaged file is an error saying how to restore it."""
+        from trainflow.io import read_parquet
+
+        return read_parquet(self.split_file(name), restore("data/splits", "split"))
+
+    def read_table(self) -> Any:
+        """data/processed/table.parquet as a DataFrame (as read_split)."""
+        from trainflow.io import read_parquet
+
+        return read_parquet(self.table, restore("data/processed", "ingest"))
 
     @property
     def split_schema(self) -> Path:

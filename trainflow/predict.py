@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import nn
 
@@ -70,9 +71,27 @@ class ExportedModel:
         for name in (WEIGHTS, CONFIG):
             if not (directory / name).is_file():
                 raise UserError(f"model {directory}: {name} is missing; run `trainflow stage train` first")
-        model = build_model(read_json(directory / CONFIG))
+        repair = (
+            "restore it (`dvc checkout --force models/final` in the project that trained it) or train it again "
+            "(`trainflow stage train`)"
+        )
+        try:
+            config = read_json(directory / CONFIG)
+        except ValueError as exc:  # json.JSONDecodeError
+            raise UserError(f"model {directory}: {CONFIG} is not valid JSON ({exc}); {repair}") from None
+        model = build_model(config)
         _check_source(model, directory)
-        model.load_state_dict(load_file(str(directory / WEIGHTS)))
+        try:
+            weights = load_file(str(directory / WEIGHTS))
+        except (SafetensorError, OSError) as exc:
+            raise UserError(f"model {directory}: {WEIGHTS} is corrupt or truncated ({exc}); {repair}") from None
+        try:
+            model.load_state_dict(weights)
+        except RuntimeError as exc:  # a tensor missing, extra or of another shape
+            first = str(exc).splitlines()[0:2]
+            raise UserError(
+                f"model {directory}: {WEIGHTS} does not fit {CONFIG} ({' '.join(first)}); {repair}"
+            ) from None
         model.eval()
         return cls(model, Preprocessor.load(directory))
 

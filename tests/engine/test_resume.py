@@ -193,6 +193,8 @@ def test_a_checkpoint_of_another_model_is_refused_with_the_way_out(tmp_path: Pat
     run(tmp_path, "fp32", stop_after=20)
     t = make_trainer(tmp_path, MLP(6, 3, [8], dropout=0.0), **{**SETTINGS, "resume": str(tmp_path)})
     data = table(n=203)
-    refused = r"(?s)does not fit this model and trainer \(RuntimeError: .*size mismatch.*set train.resume: never"
+    refused = (
+        r"(?s)does not fit this model and trainer \(RuntimeError: .*size mismatch.*start fresh with train.resume: never"
+    )
     with pytest.raises(UserError, match=refused):
         t.fit(data, data)

@@ -51,6 +51,14 @@ def save_checkpoint(dest: Path, tensors: dict[str, dict[str, torch.Tensor]], met
         (tmp / META).write_text(json.dumps(meta, indent=1, sort_keys=True))
 
 
+def repair(path: Path) -> str:
+    """What to do about a checkpoint that cannot be used."""
+    return (
+        f"delete it (`rm -r {path}`: training resumes from the checkpoint before it, if there is one) or start fresh "
+        "with train.resume: never"
+    )
+
+
 def load_checkpoint(path: Path) -> Checkpoint:
     if not (path / META).is_file():
         raise CheckpointError(f"checkpoint {path}: no {META}; it is incomplete or not a trainflow checkpoint")
@@ -67,7 +75,9 @@ def load_checkpoint(path: Path) -> Checkpoint:
         try:
             tensors[group] = load_file(str(file))
         except (SafetensorError, OSError, RuntimeError) as exc:
-            raise CheckpointError(f"checkpoint {path}: tensor file {file.name} is missing or corrupt ({exc})") from None
+            raise CheckpointError(
+                f"checkpoint {path}: tensor file {file.name} is missing or corrupt ({exc}); {repair(path)}"
+            ) from None
     return Checkpoint(tensors, meta)
 
 

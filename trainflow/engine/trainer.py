@@ -34,6 +34,7 @@ from trainflow.engine.checkpoint import (
     capture_rng,
     flatten_optimizer,
     load_checkpoint,
+    repair,
     restore_rng,
     unflatten_optimizer,
 )
@@ -712,8 +713,7 @@ class Trainer:
             self._flops = float(ckpt.meta.get("flops", 0.0))
         except (KeyError, TypeError, RuntimeError, ValueError) as exc:
             raise CheckpointError(
-                f"checkpoint {path} does not fit this model and trainer ({type(exc).__name__}: {exc}); "
-                "set train.resume: never to start fresh"
+                f"checkpoint {path} does not fit this model and trainer ({type(exc).__name__}: {exc}); {repair(path)}"
             ) from None
         s = self.state
         self.resumed_from = s.updates

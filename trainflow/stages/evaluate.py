@@ -99,7 +99,7 @@ def read_test(paths: Paths, stage: str) -> pd.DataFrame:
     test_file = paths.split_file("test")
     if not test_file.is_file():
         raise UserError(f"{stage}: {test_file} is missing; run `trainflow stage split` first")
-    return pd.read_parquet(test_file)
+    return paths.read_split("test")
 
 
 def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:

@@ -35,7 +35,6 @@ def logged_model(params: PipelineParams, paths: Paths, train_run: dict[str, Any]
     of register), else into train's run, else into a new one — so retries never log one model twice."""
     if train_run.get("model_uri") and train_run.get("run_id"):
         return str(train_run["run_id"]), str(train_run["model_uri"])
-    import pandas as pd
     from mlflow.tracking import MlflowClient
 
     experiment_id = tracking.ensure_experiment(params.tracking.experiment, paths.root)
@@ -50,7 +49,7 @@ def logged_model(params: PipelineParams, paths: Paths, train_run: dict[str, Any]
             "trainflow.logged_by": "register (tracking was down during train)",
         }
         run_id = MlflowClient().create_run(experiment_id, tags=tags).info.run_id
-    model_uri = tracking.log_pyfunc(str(run_id), paths.final, pd.read_parquet(paths.split_file("val")).head(5))
+    model_uri = tracking.log_pyfunc(str(run_id), paths.final, paths.read_split("val").head(5))
     print(f"register: logged the model to MLflow run {run_id} (tracking was down during train)", file=sys.stderr)
     return str(run_id), model_uri
 

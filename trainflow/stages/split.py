@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pandas as pd
-
 from trainflow.data.schema import Schema
 from trainflow.data.split import ASSIGNMENT, Assignment, split_frame
 from trainflow.errors import UserError
@@ -22,7 +20,7 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
     if not paths.table.is_file():
         raise UserError(f"split: {paths.table} is missing; run `trainflow stage ingest` first")
     schema = Schema.read(paths.schema)
-    table = pd.read_parquet(paths.table)
+    table = paths.read_table()
     previous = Assignment.load(paths.splits / ASSIGNMENT)
     parts, result = split_frame(table, schema, params.split, params.seed, previous)
     with atomic_dir(paths.splits) as tmp:

@@ -127,7 +127,7 @@ def setup(
     logger: Logger | None = None,
 ) -> Setup:
     schema = Schema.read(paths.split_schema)
-    frames = {s: pd.read_parquet(paths.split_file(s)) for s in ("train", "val")}
+    frames = {s: paths.read_split(s) for s in ("train", "val")}
     pretrained = hf.resolve(params.model.name, paths.root) if hf.is_hf(params.model.name) else None
     tokenizer = hf.tokenizer(pretrained, params.features.max_length) if pretrained and schema.text_column else None
     pre = Preprocessor.fit(frames["train"], schema, params.features, tokenizer)
