@@ -21,7 +21,7 @@ from tasks.push import push
 from tasks.register import register
 from tasks.split import split
 from tasks.train import train
-from trainflow import report
+from trainflow import report, workspace
 from trainflow.params import load_params
 from trainflow.paths import Paths
 
@@ -41,19 +41,20 @@ def training_pipeline(root: str = ".", caller_reports_errors: bool = False) -> d
     logger = get_run_logger()
     project = Path(root).resolve()
     results: dict[str, Any] = {}
-    for stage_task in STAGE_TASKS:
-        name = stage_task.name
-        if not dvc.changed(project, name):
-            logger.info("%s: up to date, skipped", name)
-            print(f"[trainflow] {name}: up to date, skipped", flush=True)
-            results[name] = {"skipped": True}
-            continue
-        print(f"[trainflow] {name}: running", flush=True)
-        results[name] = stage_task(str(project))
-        dvc.commit(project, name)
-    publish_artifacts(Paths(project))
-    if load_params(Paths(project).params).deploy.push:
-        push_outputs(project)
+    with workspace.hold(project, "the training_pipeline flow"):  # a deployment's run too (the CLI holds it already)
+        for stage_task in STAGE_TASKS:
+            name = stage_task.name
+            if not dvc.changed(project, name):
+                logger.info("%s: up to date, skipped", name)
+                print(f"[trainflow] {name}: up to date, skipped", flush=True)
+                results[name] = {"skipped": True}
+                continue
+            print(f"[trainflow] {name}: running", flush=True)
+            results[name] = stage_task(str(project))
+            dvc.commit(project, name)
+        publish_artifacts(Paths(project))
+        if load_params(Paths(project).params).deploy.push:
+            push_outputs(project)
     return results
 
 

@@ -209,19 +209,25 @@ def _dispatch(args: argparse.Namespace) -> int:
         from flows.deploy import serve
 
         return serve(paths, cron=args.cron, name=args.name, timezone=args.timezone)
-    load_params(paths.params, args.overrides)  # every problem is reported before anything is written
-    before = paths.params.read_bytes()
-    write_overrides(paths.params, args.overrides)  # DVC's record stays true: the file holds what ran
-    try:
-        return _run(args, paths)
-    except UserError:
-        if args.overrides and paths.params.read_bytes() != before:  # the overrides led to the error: not kept
-            from trainflow.io import atomic_path
+    from trainflow import workspace
 
-            with atomic_path(paths.params) as tmp:
-                tmp.write_bytes(before)
-            print(f"{paths.params}: put back as it was before -S (the command failed on them)", file=sys.stderr)
-        raise
+    load_params(paths.params, args.overrides)  # every problem is reported before anything is written
+    # One run per workspace; the lock covers the -S write too, so a waiting run never changes the params under one
+    # that is running.
+    command = "trainflow run" if args.command == "run" else f"trainflow stage {args.name}"
+    with workspace.hold(paths.root, command):
+        before = paths.params.read_bytes()
+        write_overrides(paths.params, args.overrides)  # DVC's record stays true: the file holds what ran
+        try:
+            return _run(args, paths)
+        except UserError:
+            if args.overrides and paths.params.read_bytes() != before:  # the overrides led to the error: not kept
+                from trainflow.io import atomic_path
+
+                with atomic_path(paths.params) as tmp:
+                    tmp.write_bytes(before)
+                print(f"{paths.params}: put back as it was before -S (the command failed on them)", file=sys.stderr)
+            raise
 
 
 def _tune(args: argparse.Namespace, paths: Paths) -> int:
@@ -254,18 +260,15 @@ def _tune(args: argparse.Namespace, paths: Paths) -> int:
 
 def prepare_data(paths: Paths) -> None:
     """Ingest and split, each only if DVC sees it changed (then `dvc commit`ted, as `trainflow run` does): a sweep's
-    trials train on data/splits. One process at a time per workspace (DVC's rule): a second waits here."""
+    trials train on data/splits. It holds the workspace meanwhile (trainflow.workspace): a second waits here."""
     if not (paths.root / ".dvc").is_dir():
         return  # not a DVC project: the splits must exist (tune.check says so)
-    from filelock import FileLock
-
     from tasks import dvc
+    from trainflow import workspace
     from trainflow.params import load_params
     from trainflow.stages import run_stage
 
-    lock = paths.root / ".dvc" / "tmp" / "trainflow-prepare.lock"
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(lock):
+    with workspace.hold(paths.root, "trainflow tune (ingest and split)"):
         for stage in ("ingest", "split"):
             if dvc.changed(paths.root, stage):
                 print(f"[trainflow] {stage}: running", file=sys.stderr, flush=True)
