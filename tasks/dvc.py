@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+import sys
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 def _repo(root: Path):  # type: ignore[no-untyped-def]
@@ -54,22 +58,37 @@ def _open(root: Path) -> Iterator[Any]:
         raise UserError(f"{root / name}: DVC cannot read it ({what}{where}); {fix}") from None
 
 
+def _waiting(root: Path, call: Callable[[Any], T]) -> T:
+    """`call(repo)`, waiting while another DVC process (`dvc repro`, `dvc push`) holds DVC's locks instead of
+    failing: DVC takes them before it changes anything, so trying again is safe. It cannot deadlock: a stage that
+    `dvc repro` runs never waits for trainflow's workspace lock (trainflow.workspace)."""
+    from dvc.lock import LockError  # DVC's repo lock and its rwlock (dvc.rwlock raises it too)
+
+    said = False
+    while True:
+        try:
+            with _open(root) as repo:
+                return call(repo)
+        except LockError:
+            if not said:
+                print(f"[trainflow] waiting for DVC: another dvc command is using {root}", file=sys.stderr, flush=True)
+                said = True
+            time.sleep(1.0)
+
+
 def changed(root: Path, stage: str) -> bool:
     """True when DVC sees a changed dep, param or out of `stage` (or no record of it yet)."""
-    with _open(root) as repo:
-        return bool(repo.status(targets=[stage]))
+    return _waiting(root, lambda repo: bool(repo.status(targets=[stage])))
 
 
 def changed_stages(root: Path) -> list[str]:
     """The stages DVC sees as changed (one `dvc status` for the whole pipeline)."""
-    with _open(root) as repo:
-        return sorted(repo.status())
+    return _waiting(root, lambda repo: sorted(repo.status()))
 
 
 def commit(root: Path, stage: str) -> None:
     """Record the outputs the stage just wrote in dvc.lock and the cache, as `dvc commit -f STAGE` does."""
-    with _open(root) as repo:
-        repo.commit(stage, force=True)
+    _waiting(root, lambda repo: repo.commit(stage, force=True))
 
 
 def default_remote(root: Path) -> str | None:

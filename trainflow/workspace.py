@@ -2,9 +2,10 @@
 deployment run included) hold a workspace lock while they write outputs, DVC records or the registry.
 
 A second run waits, saying for whom (pid, command, since when). A stage that `dvc repro` runs does not wait: DVC
-holds its own repo lock meanwhile, and the run it would wait for needs that lock to record its stages, so the stage
-exits at once with an error saying what holds the workspace and to rerun `dvc repro` after it. The lock is a file
-lock (released by the OS when its process dies, so a killed run never leaves it held); child processes of the holder
+holds its locks meanwhile, and the run it would wait for needs them to record its stages, so the stage exits at once
+with an error saying what holds the workspace and to rerun `dvc repro` after it. The run, for its part, waits for
+DVC's locks (tasks/dvc.py), so `dvc repro` stops at its next stage and the run goes on. The lock is a file lock
+(released by the OS when its process dies, so a killed run never leaves it held); child processes of the holder
 (distributed ranks, DVC calls) inherit it through the environment.
 """
 

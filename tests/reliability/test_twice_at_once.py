@@ -64,4 +64,23 @@ def test_two_runs_and_a_dvc_repro_at_once_never_interleave(tmp_path: Path) -> No
     ) or "Unable to acquire lock" in repro_err, repro_err[-2000:]  # or DVC's own lock, if the run held it then
     status = subprocess.run(["dvc", "status"], cwd=root, capture_output=True, text=True)
     assert "up to date" in status.stdout, status.stdout
-    assert subprocess.run(["dvc", "repro"], cwd=root, capture_output=True, text=True).returncode == 0
+
+    # The other way round: `dvc repro` first (with work to do), then a run. The run waits (for the stage holding the
+    # workspace, then for DVC's locks); `dvc repro` either finishes first or stops at its next stage, saying why.
+    from trainflow.params import write_overrides
+
+    write_overrides(root / "params.yaml", ["train.epochs=6"])
+    repro = start(root, "dvc", "repro")
+    holder = root / ".dvc/tmp/trainflow-workspace.json"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (holder.is_file() and "trainflow stage" in holder.read_text()):
+        time.sleep(0.1)  # its first stage has started
+    run = trainflow_run(root)
+    _, repro_err = repro.communicate(timeout=600)
+    _, run_err = run.communicate(timeout=600)
+    assert run.returncode == 0, run_err[-2000:]
+    assert "waiting for the workspace" in run_err or "waiting for DVC" in run_err, run_err[-2000:]
+    assert "Traceback" not in repro_err
+    assert repro.returncode == 0 or f"in use by `trainflow run` (pid {run.pid}" in repro_err, repro_err[-2000:]
+    status = subprocess.run(["dvc", "status"], cwd=root, capture_output=True, text=True)
+    assert "up to date" in status.stdout, status.stdout
