@@ -14,6 +14,7 @@ from typing import Any
 
 from prefect import flow, get_run_logger
 
+from flows import orphans
 from tasks import dvc
 from tasks.evaluate import evaluate
 from tasks.ingest import ingest
@@ -22,6 +23,7 @@ from tasks.register import register
 from tasks.split import split
 from tasks.train import train
 from trainflow import report, workspace
+from trainflow.io import failpoint
 from trainflow.params import load_params
 from trainflow.paths import Paths
 
@@ -42,6 +44,7 @@ def training_pipeline(root: str = ".", caller_reports_errors: bool = False) -> d
     project = Path(root).resolve()
     results: dict[str, Any] = {}
     with workspace.hold(project, "the training_pipeline flow"):  # a deployment's run too (the CLI holds it already)
+        end_orphaned_runs(project)
         for stage_task in STAGE_TASKS:
             name = stage_task.name
             if not dvc.changed(project, name):
@@ -51,11 +54,31 @@ def training_pipeline(root: str = ".", caller_reports_errors: bool = False) -> d
                 continue
             print(f"[trainflow] {name}: running", flush=True)
             results[name] = stage_task(str(project))
+            failpoint(f"commit-{name}")
             dvc.commit(project, name)
         publish_artifacts(Paths(project))
         if load_params(Paths(project).params).deploy.push:
             push_outputs(project)
     return results
+
+
+def end_orphaned_runs(project: Path) -> None:
+    """Tag this flow run with its workspace and process, and end as Crashed the runs of the workspace that a dead
+    process left Running (flows/orphans.py). Bookkeeping: a failure is logged, never fails the run."""
+    from prefect.client.orchestration import get_client
+    from prefect.runtime import flow_run
+
+    logger = get_run_logger()
+    try:
+        with get_client(sync_client=True) as client:
+            current = client.read_flow_run(flow_run.id)
+            orphans.claim(client, current, project)
+            for run in orphans.crash_orphans(client, current, project):
+                message = f"flow run {run.name!r} was left Running by a process that died: set Crashed"
+                logger.warning(message)
+                print(f"[trainflow] {message}", flush=True)
+    except Exception as exc:  # noqa: BLE001 - see the docstring
+        logger.warning("could not look for runs left Running by a dead process: %r", exc)
 
 
 def publish_artifacts(paths: Paths) -> None:

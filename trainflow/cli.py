@@ -335,6 +335,9 @@ def _run(args: argparse.Namespace, paths: Paths) -> int:
             push_unchanged(paths)
             print(summary(paths, {stage: {"skipped": True} for stage in STAGES}))
             return 0
+        from flows.local_server import start_temporary_server
+
+        start_temporary_server()  # Prefect's local mode, with a server that cannot outlive this run
     from flows.training_pipeline import training_pipeline
 
     results = training_pipeline(root=str(paths.root), caller_reports_errors=True)
@@ -371,6 +374,8 @@ def push_unchanged(paths: Paths) -> None:
         return
     try:
         sent = dvc.push(paths.root, remote)
+    except UserError:
+        raise  # a full remote (DiskFullError) says so itself
     except Exception as exc:  # noqa: BLE001 - any failure of the remote: say which, and that nothing is lost
         raise ServiceError(
             f"push to DVC remote {remote!r} failed ({type(exc).__name__}: {exc}); the outputs are intact here: "

@@ -26,6 +26,14 @@ class DataError(UserError):
     """The data cannot be used as configured: the message names the file, column or row."""
 
 
+class DiskFullError(UserError):
+    """A write hit a full filesystem (or a quota, or a file-size limit). Not retried, since it would fail the same way;
+    exit code 1, a failure of the machine rather than of params or data. The message names the path, says what is
+    intact, and what to do."""
+
+    exit_code = 1
+
+
 class ServiceError(Exception):
     """A service the pipeline talks to (the MLflow tracking server) failed, and rerunning once it answers will succeed.
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from trainflow.io import failpoint
 from trainflow.params import RegisterParams
 
 MINIMIZE = {"log_loss", "ece", "rmse", "mae"}  # gate metrics where lower is better; every other one is higher-is-better
@@ -146,6 +147,7 @@ def register(
     new = float(metrics[gate])
     all_tags = {**tags, TEST_HASH_TAG: test_hash, **{f"metric.{k}": repr(float(v)) for k, v in metrics.items()}}
     with registry_lock(mlflow.get_tracking_uri()):
+        failpoint("register")
         existing = version_of_run(client, name, run_id)
         if existing is not None and DECISION_TAG in existing.tags:
             return _recorded(client, existing, gate, tags, test_hash)

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from trainflow import processes
 from trainflow.io import sha256_files, write_json
 
 # Tags of an MLflow run that holds a trainflow model: the content hash of the exported model directory, and the URI
@@ -342,8 +343,13 @@ class TrainingRun:
         self._logger: MLflowLogger | None = None
         self._lock = threading.Lock()
 
-    def start(self, params: dict[str, Any], tags: dict[str, str], run_name: str | None = None) -> None:
-        """A new run with `params` and `tags` (tag mlflow.parentRunId makes it a child of that run)."""
+    def start(
+        self, params: dict[str, Any], tags: dict[str, str], run_name: str | None = None, pipeline: bool = False
+    ) -> None:
+        """A new run with `params` and `tags` (tag mlflow.parentRunId makes it a child of that run).
+
+        `pipeline`: the train stage's run, made while this process holds the workspace. It records its workspace and
+        process, and ends the runs an earlier train stage of the workspace left RUNNING when its process died."""
 
         def go() -> None:
             from mlflow.entities import Param
@@ -351,7 +357,11 @@ class TrainingRun:
 
             client = MlflowClient(self.uri)
             self.experiment_id = ensure_experiment(self.experiment, self.root)
-            self.run_id = client.create_run(self.experiment_id, tags=tags, run_name=run_name).info.run_id
+            all_tags = dict(tags)
+            if pipeline:
+                all_tags |= {WORKSPACE_TAG: processes.workspace_tag(self.root), PROCESS_TAG: processes.process_tag()}
+                end_orphans(client, self.experiment_id, all_tags[WORKSPACE_TAG])
+            self.run_id = client.create_run(self.experiment_id, tags=all_tags, run_name=run_name).info.run_id
             items = [Param(k, str(v)) for k, v in flatten(params).items()]
             for i in range(0, len(items), 100):  # MLflow's limit on params per log_batch call
                 client.log_batch(self.run_id, params=items[i : i + 100], synchronous=True)
@@ -442,6 +452,33 @@ class TrainingRun:
             warnings.warn(message, stacklevel=2)
         except Exception:  # noqa: BLE001 - under `-W error` a warning raises; it must not fail training
             print(f"warning: {message}", file=sys.stderr)
+
+
+WORKSPACE_TAG = "trainflow.workspace"  # host:path of the workspace a train stage's run trained in
+PROCESS_TAG = "trainflow.process"  # the process that made the run (trainflow.workspace.process_tag)
+
+
+def end_orphans(client: Any, experiment_id: str, workspace_tag: str) -> list[str]:
+    """End as KILLED the RUNNING runs of this workspace's train stage whose process is gone (SIGKILLed, or its
+    machine went down, so it never ended them); returns their ids. Each gets a tag saying why."""
+    quoted = workspace_tag.replace("'", "\\'")
+    found = client.search_runs(
+        [experiment_id], filter_string=f"tags.`{WORKSPACE_TAG}` = '{quoted}' and attributes.status = 'RUNNING'"
+    )
+    ended = []
+    for run in found:
+        process = run.data.tags.get(PROCESS_TAG, "")
+        if processes.process_alive(process) is not False:
+            continue
+        why = (
+            f"its process ({process}) ended while the run was RUNNING, without ending it (killed, or its machine went "
+            "down); ended by the next train stage of the workspace"
+        )
+        client.set_tag(run.info.run_id, "trainflow.ended", why)
+        client.set_terminated(run.info.run_id, "KILLED")
+        print(f"train: MLflow run {run.info.run_id} was left RUNNING by a dead process: KILLED", file=sys.stderr)
+        ended.append(run.info.run_id)
+    return ended
 
 
 def unavailable(exc: BaseException) -> bool:

@@ -49,6 +49,9 @@ def test_run_with_nothing_to_do_does_not_start_prefect(
 
     flow.training_pipeline = no_flow  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "flows.training_pipeline", flow)
+    server = types.ModuleType("flows.local_server")  # no temporary Prefect server for a flow that never runs
+    server.start_temporary_server = lambda: None  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "flows.local_server", server)
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     monkeypatch.setenv("PREFECT_HOME", str(params_file.parent / "prefect"))
     monkeypatch.setattr(dvc, "changed_stages", lambda root: [])

@@ -22,7 +22,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from trainflow.errors import UserError
+from trainflow.errors import DiskFullError, UserError
 from trainflow.io import atomic_dir, failpoint, read_json, write_json
 
 META = "meta.json"
@@ -147,6 +147,12 @@ class CheckpointStore:
             self._writer = None
         if self._error is not None:
             error, self._error = self._error, None
+            if isinstance(error, DiskFullError):
+                latest = self.latest()
+                resume = (
+                    f"The last complete checkpoint, {latest}, is intact: a rerun resumes from it." if latest else ""
+                )
+                raise DiskFullError(f"{error} {resume}".strip()) from error
             raise CheckpointError(f"writing a checkpoint in {self.root} failed: {error}") from error
 
     def prune(self, keep: set[str]) -> None:

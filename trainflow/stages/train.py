@@ -180,7 +180,8 @@ def _train(params: PipelineParams, paths: Paths, device: torch.device, group: di
     trainer, precision, dhash = built.trainer, built.precision, built.data_hash
     run = tracking.TrainingRun(paths.root, params.tracking.experiment, paths.reports / "train_metrics_local.json")
     if group.is_main:
-        run.start(params.model_dump(), tags={"trainflow.data_sha256": dhash, "trainflow.precision": precision.name})
+        tags = {"trainflow.data_sha256": dhash, "trainflow.precision": precision.name}
+        run.start(params.model_dump(), tags=tags, pipeline=True)
     tensorboard = paths.tensorboard if params.tracking.tensorboard else None
     logger = tracking.loggers(run, tensorboard) if group.is_main else NullLogger()
     trainer.logger = logger

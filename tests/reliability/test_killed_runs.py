@@ -1,0 +1,158 @@
+"""Faults that killing `trainflow run` found (issue 16, "kill anywhere"), each with its regression test:
+
+- Prefect's temporary server (local mode) outlived a SIGKILLed run, one orphan per kill, forever;
+- DVC rewrites dvc.lock in place, so a run killed while DVC committed a stage left it truncated, and every later run
+  failed on it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+from conftest import FAST, make_project
+from vcs import DVC, dvc
+
+
+def test_a_killed_run_takes_prefects_temporary_server_with_it(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "proj", {"data.source": "builtin:iris", "register.model_name": "iris", **FAST})
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    env.pop("PREFECT_API_URL", None)  # local mode: the run starts its own temporary server
+    run = subprocess.Popen(
+        [sys.executable, "-m", "trainflow", "run"], cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert run.stdout is not None
+        for line in run.stdout:  # the flow has started its first stage: the server is up
+            if "[trainflow] ingest: running" in line:
+                break
+        servers = [
+            p for p in psutil.Process(run.pid).children() if "prefect.server.api.server" in " ".join(p.cmdline())
+        ]
+        assert len(servers) == 1, "no temporary Prefect server among the run's children"
+        run.kill()  # SIGKILL, as the OOM killer or `kill -9` would: no atexit handler runs
+        run.wait()
+        gone, alive = psutil.wait_procs(servers, timeout=15)
+        assert not alive, f"the temporary Prefect server (pid {servers[0].pid}) outlived its killed run"
+    finally:
+        if run.poll() is None:
+            run.kill()
+        os.killpg(run.pid, signal.SIGKILL) if _group_alive(run.pid) else None
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+# A process that commits a stage the way the training flow does (tasks.dvc.commit), but dies halfway through DVC's
+# serialisation of dvc.lock: the first half of the YAML is written, then SIGKILL.
+KILLED_COMMIT = textwrap.dedent(
+    """
+    import io, os, signal, sys
+    from pathlib import Path
+    from dvc.utils.serialize import _yaml
+    from tasks import dvc
+
+    real = _yaml._dump
+
+    def half_then_die(data, stream):
+        text = io.StringIO()
+        real(data, text)
+        stream.write(text.getvalue()[: len(text.getvalue()) // 2])
+        stream.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    _yaml._dump = half_then_die
+    dvc.commit(Path(sys.argv[1]), "make")
+    """
+)
+
+
+@pytest.mark.parametrize("first", [True, False], ids=["no-lock-yet", "lock-exists"])
+def test_a_commit_killed_while_dvc_writes_its_lock_file_leaves_the_lock_file_whole(tmp_path: Path, first: bool) -> None:
+    from tasks import dvc as tasks_dvc
+
+    root = tmp_path / "proj"
+    root.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    dvc(root, "init", "-q")
+    (root / "dvc.yaml").write_text("stages:\n  make:\n    cmd: echo made > out.txt\n    outs:\n      - out.txt\n")
+    (root / "out.txt").write_text("one\n")
+    if not first:
+        tasks_dvc.commit(root, "make")
+    before = (root / "dvc.lock").read_text() if not first else None
+    (root / "out.txt").write_text("two\n")
+
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")])}
+    killed = subprocess.run([sys.executable, "-c", KILLED_COMMIT, str(root)], cwd=root, env=env, capture_output=True)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-2000:]
+
+    lock = root / "dvc.lock"
+    if first:
+        assert not lock.exists()  # never written: not an empty or half file
+    else:
+        assert lock.read_text() == before  # the old lock file, whole
+        assert yaml.safe_load(lock.read_text())["stages"]["make"]["outs"][0]["path"] == "out.txt"
+    # DVC still reads its record (the stage shows as changed), and committing again records the new out.txt.
+    status = subprocess.run([DVC, "status", "make"], cwd=root, capture_output=True, text=True)
+    assert status.returncode == 0 and "make:" in status.stdout, status.stdout + status.stderr
+    tasks_dvc.commit(root, "make")
+    assert "up to date" in dvc(root, "status")
+    assert (root / "dvc.lock").stat().st_mode & 0o777 == 0o666 & ~_umask()  # not mkstemp's 0o600
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_the_next_train_stage_ends_the_mlflow_run_a_killed_one_left_running(tmp_path: Path) -> None:
+    """A train stage SIGKILLed mid-run leaves its MLflow run RUNNING forever; the next train stage of the workspace
+    ends it as KILLED, saying why, and leaves alone the runs of live processes and of other workspaces or machines."""
+    from mlflow.tracking import MlflowClient
+
+    from trainflow import processes, tracking
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    root = tmp_path / "proj"
+    root.mkdir()
+    assert tracking.configure(root) == uri
+    client = MlflowClient(uri)
+    experiment = tracking.ensure_experiment("trainflow", root)
+    here = processes.workspace_tag(root)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    host, _, started = processes.process_tag().split(":")
+    left = {
+        "killed": {tracking.WORKSPACE_TAG: here, tracking.PROCESS_TAG: f"{host}:{dead.pid}:{started}"},
+        "reused pid": {tracking.WORKSPACE_TAG: here, tracking.PROCESS_TAG: f"{host}:{os.getppid()}:12.00"},
+        "alive": {tracking.WORKSPACE_TAG: here, tracking.PROCESS_TAG: processes.process_tag()},
+        "other machine": {tracking.WORKSPACE_TAG: here, tracking.PROCESS_TAG: f"elsewhere:{dead.pid}:1.00"},
+        "other workspace": {tracking.WORKSPACE_TAG: f"{host}:/else", tracking.PROCESS_TAG: f"{host}:{dead.pid}:1.0"},
+        "a sweep trial": {tracking.PROCESS_TAG: f"{host}:{dead.pid}:{started}"},
+    }
+    ids = {name: client.create_run(experiment, tags=tags).info.run_id for name, tags in left.items()}
+
+    run = tracking.TrainingRun(root, "trainflow", tmp_path / "fallback.json")
+    run.start({"lr": 0.1}, tags={}, pipeline=True)
+    assert run.error is None and run.run_id is not None
+    status = {name: client.get_run(i).info.status for name, i in ids.items()}
+    assert status == {"killed": "KILLED", "reused pid": "KILLED", "alive": "RUNNING", "other machine": "RUNNING",
+                      "other workspace": "RUNNING", "a sweep trial": "RUNNING"}  # fmt: skip
+    assert "ended while the run was RUNNING" in client.get_run(ids["killed"]).data.tags["trainflow.ended"]
+    own = client.get_run(run.run_id).data.tags
+    assert own[tracking.WORKSPACE_TAG] == here and processes.process_alive(own[tracking.PROCESS_TAG]) is True
