@@ -3,20 +3,16 @@
 `trainflow deploy` serves training_pipeline/nightly with a cron schedule; a run triggered through the API completes,
 publishes its artifacts, pushes to the DVC remote and leaves the pipeline's outputs; Ctrl-C stops serving with exit
 code 130. Then prefect.yaml deploys the same flow to a process work pool and a worker runs it. Every process started
-here runs in its own session and is killed with its children at teardown.
+here runs in its own session and is killed with its children at teardown (tests/servers.py).
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import signal
-import socket
 import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,75 +21,20 @@ from uuid import UUID
 
 import pytest
 from conftest import FAST, REPO, make_project
+from servers import BIN, PrefectServer, prefect_server, spawn, stop, tail
 
 from trainflow.io import read_json
 from trainflow.paths import Paths
 
 pytestmark = pytest.mark.slow
 
-BIN = Path(sys.executable).parent
 ARTIFACT_KEYS = {"training-metrics", "mlflow-run", "registry-decision"}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def spawn(cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    with open(log, "wb") as out:  # the child keeps its own handle
-        return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def stop(proc: subprocess.Popen[bytes], grace_s: float = 15) -> None:
-    """SIGTERM the process's session, SIGKILL what is left after `grace_s` (flow-run subprocesses included)."""
-    with contextlib.suppress(ProcessLookupError):
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(grace_s)
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-
-
-def tail(log: Path, n: int = 4000) -> str:
-    return log.read_text(errors="replace")[-n:] if log.is_file() else ""
-
-
-@dataclass
-class Server:
-    url: str
-    env: dict[str, str]  # for clients of this server: PREFECT_HOME, PREFECT_API_URL, ...
-    home: Path
-
-
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    home = tmp_path_factory.mktemp("prefect-home")
-    env = {
-        **os.environ,
-        "PREFECT_HOME": str(home),  # its database too: PREFECT_API_DATABASE_CONNECTION_URL defaults to a file here
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "PREFECT_LOGGING_LEVEL": "WARNING",
-    }
-    env.pop("PREFECT_API_URL", None)
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/api"
-    log = home / "server.log"
-    proc = spawn([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)], home, env, log)
-    try:
-        deadline = time.monotonic() + 90  # healthy in 5-11 s here; a cold first migration can take longer
-        while True:
-            assert proc.poll() is None, f"prefect server exited:\n{tail(log)}"
-            with contextlib.suppress(OSError), urllib.request.urlopen(f"{url}/health", timeout=2) as response:
-                if response.status == 200:
-                    break
-            assert time.monotonic() < deadline, f"prefect server not healthy after 90 s:\n{tail(log)}"
-            time.sleep(0.3)
-        yield Server(url, {**env, "PREFECT_API_URL": url}, home)
-    finally:
-        stop(proc)
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrefectServer]:
+    with prefect_server(tmp_path_factory.mktemp("prefect-home")) as running:
+        yield running
 
 
 @dataclass
@@ -104,15 +45,15 @@ class Project:
 
 
 @pytest.fixture(scope="module")
-def project(server: Server, tmp_path_factory: pytest.TempPathFactory) -> Project:
+def project(server: PrefectServer, tmp_path_factory: pytest.TempPathFactory) -> Project:
     base = tmp_path_factory.mktemp("deployed")
     root = make_project(base / "proj", {"data.source": "builtin:iris", "register.model_name": "iris", **FAST})
     remote = base / "dvc-remote"
     subprocess.run(["dvc", "remote", "add", "-d", "store", str(remote)], cwd=root, check=True)
-    return Project(root, remote, {**server.env, "MLFLOW_TRACKING_URI": f"sqlite:///{base / 'mlflow.db'}"})
+    return Project(root, remote, {**server.env(), "MLFLOW_TRACKING_URI": f"sqlite:///{base / 'mlflow.db'}"})
 
 
-def client(server: Server) -> Any:
+def client(server: PrefectServer) -> Any:
     from prefect.client.orchestration import SyncPrefectClient
 
     return SyncPrefectClient(server.url)  # this server, whatever Prefect settings this test process has
@@ -126,7 +67,7 @@ def wait_for(what: str, check: Any, timeout_s: float, log: Path) -> Any:
     return value
 
 
-def run_to_the_end(server: Server, deployment_id: UUID, log: Path, start_worker: Any = None) -> Any:
+def run_to_the_end(server: PrefectServer, deployment_id: UUID, log: Path, start_worker: Any = None) -> Any:
     """Start a run of the deployment as `prefect deployment run` does; wait until it is final."""
     with client(server) as c:
         run = c.create_flow_run_from_deployment(deployment_id)
@@ -150,7 +91,7 @@ def artifact_filter(flow_run_id: UUID) -> Any:
 
 
 def test_trainflow_deploy_serves_a_scheduled_deployment_that_runs_the_pipeline(
-    server: Server, project: Project
+    server: PrefectServer, project: Project
 ) -> None:
     log = project.root.parent / "serve.log"
     cmd = [str(BIN / "trainflow"), "deploy", "--cron", "15 4 * * 1-5"]
@@ -190,7 +131,7 @@ def test_trainflow_deploy_serves_a_scheduled_deployment_that_runs_the_pipeline(
         stop(serve)
 
 
-def test_prefect_yaml_deploys_to_a_process_pool_that_a_worker_runs(server: Server, project: Project) -> None:
+def test_prefect_yaml_deploys_to_a_process_pool_that_a_worker_runs(server: PrefectServer, project: Project) -> None:
     """The README's team setup: work pool, `prefect deploy --all`, a worker. The worker starts elsewhere; the pull
     step takes the flow run to the repo. The pipeline is up to date by now (or runs here), and the artifacts are
     published from the existing reports either way."""

@@ -1,0 +1,85 @@
+"""Kill anywhere (issue 16), the fast version: three rounds of a param change, `trainflow run` SIGKILLed inside a
+DVC commit, inside the registry write, and at a random moment, then rerun to completion; after each round every
+invariant of tests/reliability/chaos.py holds. bench/soak.py is the long version (50 random rounds).
+
+The seed of the random delays is printed; TRAINFLOW_CHAOS_SEED=<n> replays a failing one."""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Iterator
+
+import chaos
+import pytest
+from conftest import make_project
+from servers import prefect_server
+
+SEED = int(os.environ.get("TRAINFLOW_CHAOS_SEED", random.randrange(10_000)))
+ROUNDS = [
+    (["train.lr=0.004"], "during train's DVC commit"),
+    (["seed=1", "model.dropout=0.2"], "during the registry write"),
+    (["train.epochs=5"], "anywhere (random time)"),
+]
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[chaos.Workspace]:
+    base = tmp_path_factory.mktemp("chaos")
+    (base / "prefect-home").mkdir()
+    with prefect_server(base / "prefect-home") as server:
+        yield chaos.workspace(base, make_project, server.env())
+
+
+@pytest.mark.parametrize(("number", "change", "point"), [(n, c, p) for n, (c, p) in enumerate(ROUNDS, 1)])
+def test_a_run_killed_there_then_rerun_leaves_every_invariant_true(
+    workspace: chaos.Workspace, number: int, change: list[str], point: str
+) -> None:
+    rng = random.Random(SEED * 10 + number)
+    template = chaos.POINTS[point]
+    if template is None:
+        spec, after = None, rng.uniform(1.0, workspace.run_s * 0.8)
+    else:
+        spec, after = template.format(delay=round(rng.uniform(0.0, 0.3), 3)), None
+    r = chaos.play(workspace, chaos.Round(number, change, point, spec, after))
+    context = f"TRAINFLOW_CHAOS_SEED={SEED}: {r.row()}"
+    assert r.killed, f"the run was not killed (it ended first), so this round tested nothing; {context}"
+    assert not r.violations, f"{context}\n" + "\n".join(r.violations)
+
+
+def test_each_invariant_fails_on_a_workspace_broken_the_way_it_guards_against(workspace: chaos.Workspace) -> None:
+    """So the rounds above can fail: each check, run on a workspace broken in its way, reports it (then the damage is
+    undone and every check holds again)."""
+    import json
+    import subprocess
+    import sys
+
+    from mlflow.tracking import MlflowClient
+
+    root = workspace.root
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    leftover = root / "data" / f".processed.{dead.pid}.x.tmp"
+    leftover.mkdir()
+    assert chaos.no_leftovers(workspace)
+    leftover.rmdir()
+
+    metrics = root / "reports/metrics.json"
+    saved = metrics.read_text()
+    metrics.write_text(json.dumps({**json.loads(saved), "accuracy": 0.123}))
+    assert chaos.outputs_load(workspace) and chaos.dvc_status_clean(workspace)
+    metrics.write_text(saved)
+
+    client = MlflowClient(workspace.env["MLFLOW_TRACKING_URI"])
+    champion = client.get_model_version_by_alias("iris", "champion")
+    decision = champion.tags["registry_decision"]
+    client.delete_model_version_tag("iris", champion.version, "registry_decision")
+    assert any("no decision recorded" in p for p in chaos.registry_consistent(workspace))
+    client.set_model_version_tag("iris", champion.version, "registry_decision", decision)
+
+    experiment = client.get_experiment_by_name("trainflow").experiment_id
+    run = client.create_run(experiment)
+    assert any(run.info.run_id in p for p in chaos.nothing_left_running(workspace))
+    client.set_terminated(run.info.run_id)
+
+    assert chaos.check(workspace) == []
