@@ -134,12 +134,26 @@ def plan(number: int, rng: random.Random, ws: Workspace) -> Round:
         section, _, name = key.rpartition(".")
         now = str((params[section] if section else params)[name])
         change.append(f"{key}={rng.choice([v for v in CHANGES[key] if v != now])}")
-    point = rng.choice(sorted(POINTS))
+    # Only points the run reaches: ingest runs again on a data change, split also on a seed change.
+    rerun = ["train", "evaluate", "register"]
+    if any(c.startswith(("seed=", "data.")) for c in change):
+        rerun.insert(0, "split")
+    if any(c.startswith("data.") for c in change):
+        rerun.insert(0, "ingest")
+    stage_of = {"processed": "ingest", "splits": "split", "commit-split": "split"}
+    reachable = [
+        p
+        for p, t in POINTS.items()
+        if t is None or stage_of.get(t.split(":")[0].removeprefix("rename-"), "train") in rerun
+    ]
+    point = rng.choice(sorted(reachable))
     template = POINTS[point]
     if template is None:
         return Round(number, change, point, None, rng.uniform(0.3, ws.run_s))
     delay = round(rng.uniform(0.0, 0.3), 3)
-    spec = template.format(update=rng.randint(1, 20), epoch=rng.randint(1, 3), delay=delay, stage=rng.randint(1, 5))
+    spec = template.format(
+        update=rng.randint(1, 20), epoch=rng.randint(1, 3), delay=delay, stage=rng.randint(1, len(rerun))
+    )
     return Round(number, change, point, spec, None)
 
 

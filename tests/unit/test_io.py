@@ -125,4 +125,3 @@ def test_an_old_directory_moved_aside_by_a_killed_write_comes_back_when_the_outp
     (old / "f").write_text("old")
     trainflow.io.remove_leftovers(tmp_path / "out")
     assert contents(tmp_path / "out") == {"f": "old"} and not old.exists()
-
