@@ -8,6 +8,7 @@ directory, so each call runs from the project root.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import sys
 import time
@@ -91,12 +92,17 @@ def _open(root: Path) -> Iterator[Any]:
 def _waiting(root: Path, call: Callable[[Any], T]) -> T:
     """`call(repo)`, waiting while another DVC process (`dvc repro`, `dvc push`) holds DVC's locks instead of
     failing: DVC takes them before it changes anything, so trying again is safe. It cannot deadlock: a stage that
-    `dvc repro` runs never waits for trainflow's workspace lock (trainflow.workspace)."""
+    `dvc repro` runs never waits for trainflow's workspace lock (trainflow.workspace). A corrupt rwlock file is
+    repaired first (`_remove_corrupt_rwlock`)."""
     from dvc.lock import LockError  # DVC's repo lock and its rwlock (dvc.rwlock raises it too)
+    from dvc.rwlock import RWLockFileCorruptedError, RWLockFileFormatError
 
-    said = False
+    said = corrupt = repaired = False
     while True:
         try:
+            if corrupt and not repaired:
+                _remove_corrupt_rwlock(root)  # LockError while a DVC command runs: wait for it, as for any other
+                repaired = True
             with _open(root) as repo:
                 return call(repo)
         except LockError:
@@ -104,6 +110,29 @@ def _waiting(root: Path, call: Callable[[Any], T]) -> T:
                 print(f"[trainflow] waiting for DVC: another dvc command is using {root}", file=sys.stderr, flush=True)
                 said = True
             time.sleep(1.0)
+        except (RWLockFileCorruptedError, RWLockFileFormatError):
+            if repaired:  # corrupt again, after the repair: not ours to fix twice
+                raise
+            corrupt = True
+
+
+def _remove_corrupt_rwlock(root: Path) -> None:
+    """Remove DVC's rwlock file if it does not parse.
+
+    DVC rewrites .dvc/tmp/rwlock in place (open "w", then dump) at the start and end of every stage operation, so a
+    DVC call killed in between leaves it empty or cut short, and every DVC command after it failed ("Unable to read
+    RWLock-file"), `trainflow run` and `dvc repro` alike. The file only records which running DVC commands read or
+    write which outputs, so it can go once none runs: this holds DVC's repo lock, which each of them holds while it
+    runs (`dvc repro` for its whole run), and raises LockError while one does."""
+    path = root / ".dvc" / "tmp" / "rwlock"
+    with contextlib.chdir(root), _repo(root) as repo, repo.lock:
+        try:
+            json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            pass
+        except ValueError:  # also a decoding error
+            path.unlink()
+            print(f"[trainflow] {path} was corrupt (a dvc command was killed while writing it): removed", flush=True)
 
 
 def changed(root: Path, stage: str) -> bool:
@@ -138,11 +167,12 @@ def push(root: Path, remote: str) -> int:
     from trainflow.io import disk_full, failpoint, no_space
 
     failpoint("push")
-    with _open(root) as repo, _failed_transfers() as failures:
+    with _open(root) as repo:
         url = str(repo.config["remote"][remote]["url"])
+    with _failed_transfers() as failures:
         started = time.time()
         try:
-            return int(repo.push(remote=remote))
+            return int(_waiting(root, lambda repo: repo.push(remote=remote)))
         except UploadError as exc:
             full = next((f for f in failures if no_space(f)), None)
             if full is None:

@@ -3,6 +3,7 @@
 - Prefect's temporary server (local mode) outlived a SIGKILLed run, one orphan per kill, forever;
 - DVC rewrites dvc.lock in place, so a run killed while DVC committed a stage left it truncated, and every later run
   failed on it;
+- DVC rewrites .dvc/tmp/rwlock in place too, and after a kill there every DVC command failed on it;
 - a killed train stage left its MLflow run RUNNING forever (its Prefect flow run too: tests/flows/
   test_scheduled_crash.py and the "nothing left running" invariant of tests/reliability/chaos.py).
 
@@ -12,6 +13,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -115,6 +117,57 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+# A process that commits a stage as the training flow does, killed halfway through DVC's rewrite of its rwlock file
+# (.dvc/tmp/rwlock, rewritten in place at the start and end of every stage operation).
+KILLED_RWLOCK = textwrap.dedent(
+    """
+    import json, os, signal, sys
+    from pathlib import Path
+    from tasks import dvc
+
+    def half_then_die(obj, fp, **kwargs):
+        text = json.dumps(obj)
+        fp.write(text[: len(text) // 2])
+        fp.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    json.dump = half_then_die
+    dvc.commit(Path(sys.argv[1]), "make")
+    """
+)
+
+
+def test_a_dvc_call_killed_while_dvc_rewrites_its_rwlock_does_not_break_the_next_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before, every DVC command after such a kill failed ("Unable to read RWLock-file ... JSON structure is
+    corrupted"), `trainflow run` and `dvc repro` alike; now the next trainflow call removes the stale file (under DVC's
+    repo lock: no DVC command is running) and goes on."""
+    from tasks import dvc as tasks_dvc
+
+    root = tmp_path / "proj"
+    root.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    dvc(root, "init", "-q")
+    (root / "dvc.yaml").write_text("stages:\n  make:\n    cmd: echo made > out.txt\n    outs:\n      - out.txt\n")
+    (root / "out.txt").write_text("one\n")
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")])}
+    killed = subprocess.run([sys.executable, "-c", KILLED_RWLOCK, str(root)], cwd=root, env=env, capture_output=True)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-2000:]
+    rwlock = root / ".dvc/tmp/rwlock"
+    with pytest.raises(ValueError):
+        json.loads(rwlock.read_text())  # what DVC itself then fails on:
+    status = subprocess.run([DVC, "status"], cwd=root, capture_output=True, text=True)
+    assert "Unable to read RWLock-file" in status.stderr
+
+    assert tasks_dvc.changed(root, "make")
+    tasks_dvc.commit(root, "make")
+    assert f"{rwlock} was corrupt (a dvc command was killed while writing it): removed" in capsys.readouterr().out
+    assert "up to date" in dvc(root, "status")
+    json.loads(rwlock.read_text())
 
 
 def test_the_next_train_stage_ends_the_mlflow_run_a_killed_one_left_running(tmp_path: Path) -> None:
