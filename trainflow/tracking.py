@@ -360,7 +360,10 @@ class TrainingRun:
             all_tags = dict(tags)
             if pipeline:
                 all_tags |= {WORKSPACE_TAG: processes.workspace_tag(self.root), PROCESS_TAG: processes.process_tag()}
-                end_orphans(client, self.experiment_id, all_tags[WORKSPACE_TAG])
+                try:
+                    end_orphans(client, self.experiment_id, all_tags[WORKSPACE_TAG])
+                except Exception as exc:  # noqa: BLE001 - bookkeeping of older runs never costs this run its tracking
+                    print(f"train: could not end the MLflow runs a dead process left RUNNING: {exc!r}", file=sys.stderr)
             self.run_id = client.create_run(self.experiment_id, tags=all_tags, run_name=run_name).info.run_id
             items = [Param(k, str(v)) for k, v in flatten(params).items()]
             for i in range(0, len(items), 100):  # MLflow's limit on params per log_batch call
@@ -455,7 +458,7 @@ class TrainingRun:
 
 
 WORKSPACE_TAG = "trainflow.workspace"  # host:path of the workspace a train stage's run trained in
-PROCESS_TAG = "trainflow.process"  # the process that made the run (trainflow.workspace.process_tag)
+PROCESS_TAG = "trainflow.process"  # the process that made the run (trainflow.processes.process_tag)
 
 
 def end_orphans(client: Any, experiment_id: str, workspace_tag: str) -> list[str]:
