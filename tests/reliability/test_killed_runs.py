@@ -83,21 +83,13 @@ KILLED_COMMIT = textwrap.dedent(
 def test_a_commit_killed_while_dvc_writes_its_lock_file_leaves_the_lock_file_whole(tmp_path: Path, first: bool) -> None:
     from tasks import dvc as tasks_dvc
 
-    root = tmp_path / "proj"
-    root.mkdir()
-    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
-    dvc(root, "init", "-q")
-    (root / "dvc.yaml").write_text("stages:\n  make:\n    cmd: echo made > out.txt\n    outs:\n      - out.txt\n")
-    (root / "out.txt").write_text("one\n")
+    root = _one_stage_project(tmp_path)
     if not first:
         tasks_dvc.commit(root, "make")
     before = (root / "dvc.lock").read_text() if not first else None
     (root / "out.txt").write_text("two\n")
 
-    repo = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")])}
-    killed = subprocess.run([sys.executable, "-c", KILLED_COMMIT, str(root)], cwd=root, env=env, capture_output=True)
-    assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-2000:]
+    _run_until_killed(KILLED_COMMIT, root)
 
     lock = root / "dvc.lock"
     if first:
@@ -111,6 +103,25 @@ def test_a_commit_killed_while_dvc_writes_its_lock_file_leaves_the_lock_file_who
     tasks_dvc.commit(root, "make")
     assert "up to date" in dvc(root, "status")
     assert (root / "dvc.lock").stat().st_mode & 0o777 == 0o666 & ~_umask()  # not mkstemp's 0o600
+
+
+def _one_stage_project(tmp_path: Path) -> Path:
+    """A git + DVC project with one stage, `make`, whose output out.txt exists but was never committed."""
+    root = tmp_path / "proj"
+    root.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    dvc(root, "init", "-q")
+    (root / "dvc.yaml").write_text("stages:\n  make:\n    cmd: echo made > out.txt\n    outs:\n      - out.txt\n")
+    (root / "out.txt").write_text("one\n")
+    return root
+
+
+def _run_until_killed(script: str, root: Path) -> None:
+    """Run `script` (which SIGKILLs itself) in a fresh interpreter that imports this repo's code."""
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")])}
+    killed = subprocess.run([sys.executable, "-c", script, str(root)], cwd=root, env=env, capture_output=True)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-2000:]
 
 
 def _umask() -> int:
@@ -147,16 +158,8 @@ def test_a_dvc_call_killed_while_dvc_rewrites_its_rwlock_does_not_break_the_next
     repo lock: no DVC command is running) and goes on."""
     from tasks import dvc as tasks_dvc
 
-    root = tmp_path / "proj"
-    root.mkdir()
-    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
-    dvc(root, "init", "-q")
-    (root / "dvc.yaml").write_text("stages:\n  make:\n    cmd: echo made > out.txt\n    outs:\n      - out.txt\n")
-    (root / "out.txt").write_text("one\n")
-    repo = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")])}
-    killed = subprocess.run([sys.executable, "-c", KILLED_RWLOCK, str(root)], cwd=root, env=env, capture_output=True)
-    assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-2000:]
+    root = _one_stage_project(tmp_path)
+    _run_until_killed(KILLED_RWLOCK, root)
     rwlock = root / ".dvc/tmp/rwlock"
     with pytest.raises(ValueError):
         json.loads(rwlock.read_text())  # what DVC itself then fails on:
@@ -206,3 +209,28 @@ def test_the_next_train_stage_ends_the_mlflow_run_a_killed_one_left_running(tmp_
     assert "ended while the run was RUNNING" in client.get_run(ids["killed"]).data.tags["trainflow.ended"]
     own = client.get_run(run.run_id).data.tags
     assert own[tracking.WORKSPACE_TAG] == here and processes.process_alive(own[tracking.PROCESS_TAG]) is True
+
+
+def test_a_failure_while_ending_orphaned_runs_never_costs_the_new_run_its_tracking(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ending older runs is bookkeeping: if it fails, the train stage's own run is still made and tracked."""
+    from mlflow.tracking import MlflowClient
+
+    from trainflow import tracking
+
+    root = tmp_path / "proj"
+    root.mkdir()
+    uri = tracking.configure(root)
+
+    def broken(*args: object) -> list[str]:
+        raise RuntimeError("search_runs failed")
+
+    monkeypatch.setattr(tracking, "end_orphans", broken)
+    run = tracking.TrainingRun(root, "trainflow", tmp_path / "fallback.json")
+    run.start({"lr": 0.1}, tags={}, pipeline=True)
+    assert run.error is None and run.run_id is not None
+    assert MlflowClient(uri).get_run(run.run_id).data.params == {"lr": "0.1"}
+    assert "could not end the MLflow runs a dead process left RUNNING: RuntimeError('search_runs failed')" in (
+        capsys.readouterr().err
+    )
