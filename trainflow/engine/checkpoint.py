@@ -2,7 +2,9 @@
 
 Each checkpoint is written to a temp directory, fsynced, then renamed to `step-<update>` — a name that did not exist,
 so the rename is atomic and a reader sees a whole checkpoint or none. Nothing is ever overwritten in place. "last" is
-the newest step directory; "best" is named by `best.json` and by the meta of every later checkpoint. Loading only
+the newest step directory; "best" is named by `best.json` and by the meta of every later checkpoint. The one
+exception to "never overwritten": when an evaluation after a checkpoint was written finds that update's weights the
+best (the final evaluation), that checkpoint's meta.json is replaced, atomically, by one that says so. Loading only
 parses safetensors and JSON; it never unpickles or executes anything.
 """
 
@@ -13,6 +15,7 @@ import random
 import re
 import shutil
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,6 +66,8 @@ def load_checkpoint(path: Path) -> Checkpoint:
     if not (path / META).is_file():
         raise CheckpointError(f"checkpoint {path}: no {META}; it is incomplete or not a trainflow checkpoint")
     for f in path.iterdir():
+        if f.name.startswith(".") and f.suffix == ".tmp":
+            continue  # what a killed meta.json rewrite left (io.atomic_path's temp file): never read
         if f.suffix not in ALLOWED_SUFFIXES:
             raise CheckpointError(
                 f"checkpoint {path}: refusing to load because it holds {f.name!r}; trainflow checkpoints contain "
@@ -118,6 +123,17 @@ class CheckpointStore:
             write_json(self.root / BEST, {"step": meta["best_step"]})
         self.prune(keep={dest.name, str(meta.get("best_step"))})
         return dest
+
+    def name_best(self, update: int, changes: dict[str, Any]) -> None:
+        """Make checkpoint `update`, written before an evaluation found its weights the best, say so: its meta.json
+        gets `changes` (the state after that evaluation) and names itself best (an atomic rewrite), and best.json
+        names it. Its tensors are untouched: they are the weights that evaluation scored."""
+        self.wait()
+        path = self.path(update)
+        meta = read_json(path / META)
+        write_json(path / META, {**meta, **changes, "best_step": path.name})
+        write_json(self.root / BEST, {"step": path.name})
+        self.prune(keep={path.name})  # the best before it is one no longer
 
     def save_async(
         self, update: int, tensors: dict[str, dict[str, torch.Tensor]], meta: dict[str, Any]
@@ -202,17 +218,24 @@ def unflatten_optimizer(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) 
         state.setdefault(int(pid), {})[key] = value
     for pid, values in meta["scalars"].items():
         state.setdefault(int(pid), {}).update(values)
-    return {"state": state, "param_groups": meta["param_groups"]}
+    return {"state": state, "param_groups": meta["param_groups"], "param_names": meta.get("param_names")}
 
 
 # --- RNG states ------------------------------------------------------------------------------------------------------
 
 
+def _cuda_generators() -> Sequence[torch.Generator]:
+    """The default random generator of each visible CUDA device, in device order (none without CUDA): the objects
+    torch.cuda.get_rng_state / set_rng_state read and write."""
+    if not torch.cuda.is_available():
+        return ()
+    torch.cuda.init()  # default_generators is filled in when CUDA initialises
+    return torch.cuda.default_generators
+
+
 def capture_rng() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     tensors = {"torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        for i, s in enumerate(torch.cuda.get_rng_state_all()):
-            tensors[f"cuda{i}"] = s
+    tensors |= {f"cuda{i}": g.get_state() for i, g in enumerate(_cuda_generators())}
     py_version, py_state, py_gauss = random.getstate()
     name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)  # type: ignore[misc]
     meta = {
@@ -222,12 +245,22 @@ def capture_rng() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     return tensors, meta
 
 
-def restore_rng(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+def restore_rng(tensors: dict[str, torch.Tensor], meta: dict[str, Any], *, reseed: int) -> list[int]:
+    """Put back the random streams `capture_rng` captured. CUDA device i gets the state saved as `cuda<i>` (matched by
+    number: `cuda10` is device 10, not the third in text order). A device the checkpoint has no state for (it was
+    written with fewer GPUs, or on a CPU) is seeded with `reseed + i` instead; states of devices this machine lacks
+    are not needed by it and are left out. Returns the devices that were re-seeded."""
     torch.set_rng_state(tensors["torch"])
-    cuda = [tensors[k] for k in sorted(tensors) if k.startswith("cuda")]
-    if cuda and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(cuda)
+    saved = {int(k.removeprefix("cuda")): v for k, v in tensors.items() if re.fullmatch(r"cuda\d+", k)}
+    reseeded = []
+    for i, generator in enumerate(_cuda_generators()):
+        if i in saved:
+            generator.set_state(saved[i])
+        else:
+            generator.manual_seed(reseed + i)
+            reseeded.append(i)
     version, state, gauss = meta["python"]
     random.setstate((version, tuple(state), gauss))
     name, keys, pos, has_gauss, cached = meta["numpy"]
     np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    return reseeded

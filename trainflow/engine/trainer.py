@@ -227,6 +227,10 @@ class Trainer:
         # Per-group rates are logged (lr/<group>) when they differ from the scheduled one.
         self.group_names = [g.name for g in specs] if any(g.lr_scale != 1.0 for g in specs) else []
         named = [(n, q) for n, q in self.model.named_parameters() if q.requires_grad]
+        # The optimizer's parameters by name, in the order its state dict numbers them: saved with each checkpoint,
+        # so a resume maps the saved moments onto parameters by name, whatever groups the current params make.
+        names = {id(q): n for n, q in named}
+        self.param_order = [names[id(q)] for g in self.optimizer.param_groups for q in g["params"]]
         self.ema = EMA(named, params.ema_decay, device) if params.ema_decay is not None else None
         self.scaler = torch.amp.GradScaler(device.type, enabled=precision.uses_scaler)
         # Where skip decisions happen: on an accelerator, on the device (the host never waits for it); on CPU, in
@@ -250,6 +254,7 @@ class Trainer:
         self._flops = 0.0
         self._logged_at = 0
         self._best_weights: tuple[int, dict[str, torch.Tensor]] | None = None
+        self._saved_best = -1  # the best update that the checkpoint of state.checkpoint_update names
         self.final_weights: dict[str, torch.Tensor] | None = None  # after fit(), on rank 0: what to export
         self.resumed_from: int | None = None  # the update a resumed run continued from; None for a fresh start
 
@@ -364,7 +369,8 @@ class Trainer:
         s = self.state
         # Updates left from the data position (a fresh run: all of them). A run resumed under another world size
         # continues from the same sample with windows of the new size, so the schedule is planned for what is left.
-        left = math.ceil((epoch_samples - s.position) / window) + per_epoch * (p.epochs - s.epoch - 1)
+        # (None of this epoch, if the position is already past its end: see _run_epoch.)
+        left = max(0, math.ceil((epoch_samples - s.position) / window)) + per_epoch * (p.epochs - s.epoch - 1)
         total = s.updates + left
         if p.max_steps is not None:
             total = min(total, p.max_steps)
@@ -428,6 +434,19 @@ class Trainer:
 
     def _run_epoch(self, train: Dataset, val: Dataset, bar: Any) -> None:
         p, s, plan = self.p, self.state, self.plan
+        if s.position >= plan.epoch_samples:
+            # Resumed past this epoch's end: with windows of another size (another batch size or world size),
+            # train.limit_batches or train.overfit_batches make the epoch shorter than the checkpoint's was. The epoch
+            # is over; without this, fit() would call this method forever with nothing to do.
+            if self.group.is_main:
+                print(
+                    f"train: resumed at sample {s.position} of epoch {s.epoch}, past the {plan.epoch_samples} samples "
+                    f"an epoch now takes in windows of {plan.window} (train.limit_batches, train.overfit_batches); "
+                    "the next epoch starts",
+                    file=sys.stderr,
+                )
+            s.epoch, s.position = s.epoch + 1, 0
+            return
         # The order goes where the dataset gathers (the device, for tables): no host-to-device copy per batch.
         orders = getattr(train, "epoch_order", None)  # text: length-bucketed, still a function of (seed, epoch)
         order = (orders(self.seed, s.epoch) if orders else epoch_order(len(train), self.seed, s.epoch)).to(
@@ -618,9 +637,17 @@ class Trainer:
     def _checkpoint(self) -> None:
         s = self.state
         if s.checkpoint_update == s.updates:
+            if s.best_update == s.updates != self._saved_best and self.group.is_main:
+                # Written before an evaluation of the same weights found them the best (the final one, or the first
+                # after resuming from this very checkpoint): it, and best.json, must name this update.
+                plateau = asdict(self.plateau) if self.plateau else None
+                self.store.name_best(s.updates, {"state": asdict(s), "plateau": plateau})
+                self._best_weights = None  # _load_best reads them back from that checkpoint
+                self._saved_best = s.updates
             return
         self._sync()  # never save after too many non-finite updates (and fill in s.applied)
         s.checkpoint_update = s.updates
+        self._saved_best = s.best_update  # the best update this checkpoint's meta names
         # Every rank takes part (FSDP gathers the shards; each rank's RNG is kept); rank 0 alone writes.
         weights, optimizer = self.group.full_state(self.model, self.optimizer)
         rngs = self.group.gather(capture_rng())
@@ -628,6 +655,7 @@ class Trainer:
             return
         assert optimizer is not None
         opt_tensors, opt_meta = flatten_optimizer(optimizer)
+        opt_meta["param_names"] = self.param_order
         (rng_tensors, rng_meta), others = rngs[0], rngs[1:]
         meta = {
             "fingerprint": self.fingerprint,
@@ -684,15 +712,28 @@ class Trainer:
                 path = CheckpointStore(path, 1).latest() or path  # a checkpoints folder: its newest checkpoint
             if not path.is_dir():
                 raise ParamsError("params.yaml", [("train.resume", f"checkpoint directory {p.resume} does not exist")])
-            if load_checkpoint(path).meta.get("fingerprint") != self.fingerprint:
+            meta = load_checkpoint(path).meta
+            if meta.get("fingerprint") != self.fingerprint:
+                saved = meta.get("params", {})
+                differ = [f"train.{k}" for k, v in self.p.model_dump().items() if k in saved and saved[k] != v]
+                which = f" ({', '.join(differ)} among them)" if differ else ""
                 print(
-                    f"train: continuing from {path}, written with other params; using the current ones", file=sys.stderr
+                    f"train: continuing from {path}, written with other params or data{which}: its weights, optimizer "
+                    "moments and progress continue under the current params",
+                    file=sys.stderr,
                 )
         return str(path)
 
     def _restore(self, ckpt: Checkpoint, path: Path) -> None:
+        saved_optimizer = ckpt.meta.get("params", {}).get("optimizer", self.p.optimizer)
+        if saved_optimizer != self.p.optimizer:
+            raise CheckpointError(
+                f"checkpoint {path} holds the state of {saved_optimizer}, but train.optimizer is {self.p.optimizer}: "
+                f"one optimizer's moments cannot continue another's; set train.optimizer: {saved_optimizer} to "
+                "continue it, or start fresh with train.resume: never"
+            )
         try:
-            optimizer = unflatten_optimizer(ckpt.tensors["optimizer"], ckpt.meta["optimizer"])
+            optimizer = self._optimizer_state(unflatten_optimizer(ckpt.tensors["optimizer"], ckpt.meta["optimizer"]))
             self.group.load_state(self.model, self.optimizer, ckpt.tensors["model"], optimizer)
             for g, group in enumerate(self.optimizer.param_groups):
                 group["lr"] = self.lrs[g]  # the device tensor the schedule writes into
@@ -717,22 +758,46 @@ class Trainer:
             ) from None
         s = self.state
         self.resumed_from = s.updates
+        self._saved_best = s.best_update
         if self.group.is_main:
             print(
                 f"train: resumed from {path} at update {s.updates} (epoch {s.epoch}, sample {s.position} of its order)",
                 file=sys.stderr,
             )
 
+    def _optimizer_state(self, saved: dict[str, Any]) -> dict[str, Any]:
+        """The saved optimizer state in this optimizer's layout: each parameter's state tensors (moments, step) from
+        the checkpoint, found by name; the groups and every hyperparameter (weight decay, momentum, rates) as the
+        current params make them. `resume: <path>` under other params trains with the params it says it uses."""
+        names = saved.get("param_names")
+        if names is None:  # written before trainflow saved the names: the same layout, or load_state says it differs
+            return {"state": saved["state"], "param_groups": saved["param_groups"]}
+        by_name = {names[int(i)]: state for i, state in saved["state"].items()}
+        current = self.optimizer.state_dict()
+        state = {i: by_name[name] for i, name in enumerate(self.param_order) if name in by_name}
+        return {"state": state, "param_groups": current["param_groups"]}
+
     def _restore_rng(self, ckpt: Checkpoint) -> None:
         """Each rank continues its own random streams; a rank the checkpoint did not have (resumed on more processes)
-        starts one from (seed, rank, update)."""
+        starts them from (seed, rank, update), and so does a GPU it has no state for (resumed on more GPUs)."""
         rank = self.group.rank
+        seed = self.seed * 1_000_003 + rank * 10_007 + self.state.updates
         if rank == 0:
-            restore_rng(ckpt.tensors["rng"], ckpt.meta["rng"])
+            reseeded = restore_rng(ckpt.tensors["rng"], ckpt.meta["rng"], reseed=seed)
         elif f"rng_rank{rank}" in ckpt.tensors:
-            restore_rng(ckpt.tensors[f"rng_rank{rank}"], ckpt.meta["rng_ranks"][rank - 1])
+            reseeded = restore_rng(ckpt.tensors[f"rng_rank{rank}"], ckpt.meta["rng_ranks"][rank - 1], reseed=seed)
         else:
-            torch.manual_seed(self.seed * 1_000_003 + rank * 10_007 + self.state.updates)
+            torch.manual_seed(seed)  # the CPU's and every GPU's stream
+            return
+        mine = self.device.index if self.device.index is not None else 0
+        if self.device.type == "cuda" and mine in reseeded:
+            saved = sum(1 for k in ckpt.tensors["rng"] if k.startswith("cuda"))
+            print(
+                f"train: the checkpoint holds the random state of {saved} GPU(s), none for cuda:{mine} (rank {rank}); "
+                "its stream starts anew from (seed, rank, update), so random ops on it (dropout) differ from an "
+                "uninterrupted run from here on",
+                file=sys.stderr,
+            )
 
     def _exported(self, tensors: dict[str, dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
         """The weights to export from a checkpoint's tensors: the model's, with EMA its averaged parameters."""
