@@ -4,6 +4,7 @@ the same weights as the fixed split of the same global batch, and the memory bud
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,42 @@ def test_the_cpu_estimate_counts_state_and_saved_activations_by_hand() -> None:
     sgd = bs.estimate_memory(model, data, objective, FP32, TrainParams(optimizer="sgd", momentum=0.9), share=64)
     assert sgd.state == 3 * 196  # one momentum buffer
     assert bs.estimate_memory(model, data, objective, FP32, TrainParams(ema_decay=0.9), share=64).state == 5 * 196
+
+
+def test_ddp_gradient_buckets_count_as_one_more_copy_of_the_gradients() -> None:
+    """DDP copies every gradient into the bucket it all-reduces: the 196 bytes of gradients of the tiny model (49
+    float32 parameters) once more per rank, in the CPU estimate and in what the CUDA probe allocates beside its
+    forward+backward (was: left out, so a micro-batch could fit the probe and not DDP). FSDP: as one process."""
+    model, data, objective = tiny_regression()
+    ddp, fsdp = Group(rank=0, world_size=2, strategy="ddp"), Group(rank=0, world_size=2, strategy="fsdp")
+    assert bs.estimate_memory(model, data, objective, FP32, TrainParams(), 64, ddp).state == 784 + 196
+    assert bs.estimate_memory(model, data, objective, FP32, TrainParams(), 64, fsdp).state == 784
+    assert bs.estimate_memory(model, data, objective, FP32, TrainParams(), 64, Group()).state == 784
+    assert bs.state_bytes(model, TrainParams(), ddp) == 3 * 196  # adamw's moments and the buckets: the probe's extra
+
+
+def test_determinism_is_set_before_batch_size_auto_probes(
+    iris: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """cuBLAS reads CUBLAS_WORKSPACE_CONFIG once, when the first matmul starts it: with train.deterministic the
+    setting must be in place before batch_size auto's probe runs its forward+backward (was: set after, by the
+    Trainer, so a GPU run's cuBLAS reductions were not deterministic)."""
+    from trainflow.stages import train as stage
+
+    seen: list[tuple[str | None, bool]] = []
+    resolve = stage.batch_size.resolve
+
+    def probe(*args: Any, **kwargs: Any) -> Any:
+        seen.append((os.environ.get("CUBLAS_WORKSPACE_CONFIG"), torch.are_deterministic_algorithms_enabled()))
+        return resolve(*args, **kwargs)
+
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    monkeypatch.setattr(stage.batch_size, "resolve", probe)
+    try:
+        build(iris, tmp_path, batch_size="auto", global_batch=32, memory_budget_mb=64.0, deterministic=True)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert seen == [(":4096:8", True)]
 
 
 def test_the_budget_picks_the_largest_micro_batch_within_it() -> None:

@@ -105,6 +105,25 @@ def test_prefetching_in_a_thread_gives_the_batches_decoding_on_the_spot_gives() 
     assert any(t.startswith("trainflow-images") for t in threads)  # the next batch was decoded in the background
 
 
+def test_files_decoded_for_a_device_are_normalised_on_the_host_with_no_copy_back() -> None:
+    """Images decoded from files are normalised on the host (in the prefetch thread), then copied to the device.
+    Was: mean/std lived on the device only and were copied back to the host for every batch, a device-to-host copy
+    that waits for the training queued on the GPU. Here the device is `meta` (no GPU here), whose tensors cannot be
+    copied back at all: a batch must never try."""
+    images = pixels(n=20)
+    lazy = ImageData(lambda rows: images[rows], torch.arange(20) % 3, [10.0, 20.0], [2.0, 4.0])
+    lazy.to(torch.device("meta"))
+    lazy.epoch_order(3, 0)
+    for idx in (torch.arange(0, 8), torch.arange(8, 16)):  # the second was prefetched in the thread
+        batch = lazy.batch(idx)
+        assert batch.inputs["images"].device.type == "meta" and batch.inputs["images"].shape == (8, 2, 6, 5)
+    host = ImageData(lambda rows: images[rows], torch.arange(20) % 3, [10.0, 20.0], [2.0, 4.0])
+    expected = (images[:8].float() - torch.tensor([10.0, 20.0])[:, None, None]) / torch.tensor([2.0, 4.0])[
+        :, None, None
+    ]
+    assert torch.equal(host.batch(torch.arange(8)).inputs["images"], expected)
+
+
 class Interrupted(Exception):
     pass
 

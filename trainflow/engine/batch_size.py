@@ -6,7 +6,8 @@ order): choosing the micro-batch is a question of memory only. `resolve` takes t
 global_batch / world_size that fits and sets accumulate = global_batch / world_size / b.
 
 Only what "fits" means differs by device, so the search (`largest_fitting`) takes it as a predicate:
-- CUDA: one forward+backward at b, with a stand-in allocation for the optimizer state, must not raise
+- CUDA: one forward+backward at b, with a stand-in allocation for the optimizer state (and DDP's gradient
+  buckets), must not raise
   torch.OutOfMemoryError, and its peak (torch.cuda.max_memory_allocated) must stay under HEADROOM of the GPU's memory
   and under train.memory_budget_mb if set. The unwrapped model is probed: with FSDP the estimate is conservative.
 - CPU: an estimate must stay under train.memory_budget_mb (null: no limit, the whole share at once): parameters,
@@ -133,14 +134,14 @@ def resolve(
     est: MemoryEstimate | None = None
     with untouched(model, device):
         if device.type == "cuda":
-            probe = CudaProbe(model, data, objective, precision, device, optimizer_state_bytes(model, params), budget)
+            probe = CudaProbe(model, data, objective, precision, device, state_bytes(model, params, group), budget)
             chosen = largest_fitting(share, probe.fits)
             estimate, peak = None, probe.peaks.get(chosen or 1)
             limit = f"GPU memory {_mib(probe.limit / MIB)} MiB" + (" (memory budget)" if probe.budgeted else "")
         elif budget is None:
             chosen, estimate, peak, limit = share, None, None, "no memory budget: the whole share at once"
         else:
-            est = estimate_memory(model, data, objective, precision, params, share)
+            est = estimate_memory(model, data, objective, precision, params, share, group)
             chosen = largest_fitting(share, lambda b: est.at(b) <= budget)
             estimate, peak = est.at(chosen or 1) / MIB, None
             limit = f"memory budget {params.memory_budget_mb:g} MiB"
@@ -219,12 +220,15 @@ def forward_backward(model: nn.Module, batch: Batch, objective: Objective, preci
     objective.train_loss_sum(out, batch.target).backward()
 
 
-def optimizer_state_bytes(model: nn.Module, params: TrainParams) -> int:
-    """Memory the first optimizer step allocates: adamw's two moments (sgd: one momentum buffer) and the EMA copy,
-    of each trainable parameter."""
+def state_bytes(model: nn.Module, params: TrainParams, group: Group) -> int:
+    """Memory training holds beyond the weights and their gradients: adamw's two moments (sgd: one momentum buffer)
+    and the EMA copy of each trainable parameter, and under DDP the buckets it all-reduces gradients in (a second copy
+    of them: DDP copies each gradient into its bucket, gradient_as_bucket_view being off). FSDP is estimated as one
+    process (conservative: each rank holds a shard)."""
     trainable = sum(q.numel() * q.element_size() for q in model.parameters() if q.requires_grad)
     copies = 2 if params.optimizer == "adamw" else int(params.momentum > 0)
-    return trainable * (copies + int(params.ema_decay is not None))
+    buckets = int(group.distributed and not group.sharded)
+    return trainable * (copies + int(params.ema_decay is not None) + buckets)
 
 
 @dataclass(frozen=True)
@@ -241,13 +245,19 @@ class MemoryEstimate:
 
 
 def estimate_memory(
-    model: nn.Module, data: Dataset, objective: Objective, precision: Precision, params: TrainParams, share: int
+    model: nn.Module,
+    data: Dataset,
+    objective: Objective,
+    precision: Precision,
+    params: TrainParams,
+    share: int,
+    group: Group | None = None,
 ) -> MemoryEstimate:
-    """The CPU estimate: parameters + gradients + optimizer state, and the activations saved for backward measured
-    at two small sizes (at most `share`), extrapolated linearly."""
+    """The CPU estimate: parameters + gradients + optimizer state (and DDP's buckets), and the activations saved for
+    backward measured at two small sizes (at most `share`), extrapolated linearly."""
     weights = sum(q.numel() * q.element_size() for q in model.parameters())
     grads = sum(q.numel() * q.element_size() for q in model.parameters() if q.requires_grad)
-    state = weights + grads + optimizer_state_bytes(model, params)
+    state = weights + grads + state_bytes(model, params, group or Group())
     large = min(PROBE_SIZES[1], share)
     small = min(PROBE_SIZES[0], large // 2)
     if small < 1:  # a share of 1: one measurement, all of it per sample

@@ -211,7 +211,13 @@ class ImageData:
         self.images = images
         self.targets = targets
         self.mean, self.std = list(mean), list(std)
-        self._scale = tuple(torch.tensor(v, dtype=torch.float32)[None, :, None, None] for v in (self.mean, self.std))
+        # mean/std [1, C, 1, 1] where batches are normalised: on the host (decoded from files: the prefetch thread
+        # normalises them there) and on the device (decoded tensors). Never copied per batch: a device-to-host copy
+        # would wait for the training queued on the device.
+        self._host_scale = tuple(
+            torch.tensor(v, dtype=torch.float32)[None, :, None, None] for v in (self.mean, self.std)
+        )
+        self._scale = self._host_scale
         self.augment = augment
         self.device = torch.device(device)
         self.decoded = isinstance(images, torch.Tensor)
@@ -260,7 +266,7 @@ class ImageData:
         x = pixels.float()
         if self.augment is not None:
             x = apply(x, idx, self.seed, epoch, self.augment)
-        mean, std = self._scale if self._scale[0].device == x.device else (t.to(x.device) for t in self._scale)
+        mean, std = self._scale if self._scale[0].device == x.device else self._host_scale
         return (x - mean) / std, self.targets[idx.to(self.targets.device)]
 
     def _following(self, idx: torch.Tensor) -> torch.Tensor | None:

@@ -27,7 +27,7 @@ from trainflow.engine import batch_size, distributed
 from trainflow.engine.augment import Augment
 from trainflow.engine.data import Dataset, ImageData
 from trainflow.engine.objective import Objective
-from trainflow.engine.precision import Precision, resolve_device, resolve_precision
+from trainflow.engine.precision import Precision, configure_backends, resolve_device, resolve_precision
 from trainflow.engine.trainer import Logger, NullLogger, Trainer
 from trainflow.errors import ParamsError, UserError
 from trainflow.export import export, model_config
@@ -126,6 +126,9 @@ def setup(
     checkpoint_dir: Path,
     logger: Logger | None = None,
 ) -> Setup:
+    # TF32 and determinism before the first kernel: batch_size auto's probes run cuBLAS, which reads
+    # CUBLAS_WORKSPACE_CONFIG once, when it starts (the Trainer sets the same again, for engine-only use).
+    configure_backends(params.train, device)
     schema = Schema.read(paths.split_schema)
     frames = {s: paths.read_split(s) for s in ("train", "val")}
     pretrained = hf.resolve(params.model.name, paths.root) if hf.is_hf(params.model.name) else None
