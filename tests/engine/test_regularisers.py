@@ -14,6 +14,7 @@ import torch
 from engine_kit import InfGrads, make_trainer, mlp, table, text_data
 from torch.nn import functional as F
 
+from trainflow.engine.data import IGNORE_INDEX
 from trainflow.engine.objective import Objective
 from trainflow.engine.optim import plan_groups
 from trainflow.engine.schedule import lr_at
@@ -139,6 +140,54 @@ def test_smoothed_weighted_training_loss_matches_its_formula() -> None:
     plain = sum(-logp[i, y[i]] for i in range(9))
     objective = Objective("classification", label_smoothing=eps, class_weights=w)
     assert objective.eval_sums(logits, target, 9)[0].item() == pytest.approx(plain, rel=1e-6)  # val: plain CE
+
+
+def smoothed_by_hand(logits: torch.Tensor, target: torch.Tensor, eps: float) -> float:
+    """Label-smoothed cross-entropy summed over the labelled rows, in numpy: (1 - eps) * -log p_y + eps / C * sum_c
+    -log p_c (the smoothed target puts 1 - eps + eps / C on y and eps / C on every other class)."""
+    logp = torch.log_softmax(logits.double(), -1).reshape(-1, logits.shape[-1]).numpy()
+    y, classes = target.reshape(-1).numpy(), logits.shape[-1]
+    rows = [i for i in range(len(y)) if y[i] != IGNORE_INDEX]
+    return sum((1 - eps) * -logp[i, y[i]] + eps / classes * float(-logp[i].sum()) for i in rows)
+
+
+def test_label_smoothing_alone_matches_its_formula_per_sample_and_per_token() -> None:
+    """Without class weights (the earlier test only ever smoothed together with them): per sample, and per token
+    with unlabelled tokens, which carry no loss. Validation stays the plain cross-entropy."""
+    g = torch.Generator().manual_seed(1)
+    logits, target = torch.randn(9, 4, generator=g), torch.randint(0, 4, (9,), generator=g)
+    smoothed = Objective("classification", label_smoothing=0.2)
+    assert smoothed.train_loss_sum(logits, target).item() == pytest.approx(smoothed_by_hand(logits, target, 0.2))
+    plain = smoothed_by_hand(logits, target, 0.0)
+    assert smoothed_by_hand(logits, target, 0.2) != pytest.approx(plain)  # the premise: smoothing changes the loss
+    assert smoothed.eval_sums(logits, target, 9)[0].item() == pytest.approx(plain, rel=1e-6)
+    tokens, labels = torch.randn(3, 5, 4, generator=g), torch.randint(0, 4, (3, 5), generator=g)
+    labels[0, 3:] = labels[2, 1] = IGNORE_INDEX
+    got = smoothed.train_loss_sum(tokens, labels).item()
+    assert got == pytest.approx(smoothed_by_hand(tokens, labels, 0.2), rel=1e-6)
+
+
+def test_the_train_stage_hands_label_smoothing_to_the_objective(tmp_path: Path) -> None:
+    """train.label_smoothing in params.yaml reaches the loss the trainer minimises (the train stage builds it)."""
+    from conftest import make_project
+
+    from trainflow.engine.distributed import Group
+    from trainflow.params import load_params
+    from trainflow.paths import Paths
+    from trainflow.stages import run_stage
+    from trainflow.stages.train import setup
+
+    root = make_project(tmp_path / "p", {"data.source": "builtin:iris", "train.label_smoothing": 0.2,
+                                         "train.progress": "false"})  # fmt: skip
+    paths = Paths(root)
+    for stage in ("ingest", "split"):
+        run_stage(stage, load_params(paths.params), paths)
+    built = setup(load_params(paths.params), paths, torch.device("cpu"), Group(), tmp_path / "ckpt")
+    batch = built.train.batch(torch.arange(16))
+    logits = built.trainer.model(**batch.inputs).detach()
+    got = built.trainer.objective.train_loss_sum(logits, batch.target).item()
+    assert got == pytest.approx(smoothed_by_hand(logits, batch.target, 0.2), rel=1e-6)
+    assert built.trainer.objective.class_weights is None
 
 
 @pytest.mark.parametrize("on_device", [False, True])

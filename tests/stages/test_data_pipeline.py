@@ -101,6 +101,20 @@ def test_regression_on_builtin_diabetes(tmp_path: Path) -> None:
         {"r2": r2_score(y, predicted), "rmse": mean_squared_error(y, predicted) ** 0.5,
          "mae": mean_absolute_error(y, predicted), "n_test": len(test)}
     )  # fmt: skip
+    # The preprocessing is fitted on the train split alone: its statistics, by pandas on that file, are the exported
+    # ones (numpy's std: ddof 0), while the same statistics over every split would differ.
+    train = pd.read_parquet(paths.split_file("train"))
+    everything = pd.concat([train, val, test])
+    pre = read_json(paths.final / "preprocess.json")
+    assert [c["name"] for c in pre["columns"]] == [c for c in train.columns if c != "target"]
+    for column in pre["columns"]:
+        x = train[column["name"]]
+        assert column["center"] == pytest.approx([x.mean()], rel=1e-9, abs=1e-12)
+        assert column["scale"] == pytest.approx([x.std(ddof=0)], rel=1e-9)
+        assert column["fill"] == pytest.approx([x.median()], rel=1e-9, abs=1e-12)
+    assert pre["target_mean"] == pytest.approx(train["target"].mean(), rel=1e-12)
+    assert pre["target_std"] == pytest.approx(train["target"].std(ddof=0), rel=1e-12)
+    assert pre["target_mean"] != pytest.approx(everything["target"].mean(), rel=1e-4)  # the premise: splits differ
     print(f"diabetes test R² {metrics['r2']:.4f}, rmse {metrics['rmse']:.2f}")
     assert metrics["r2"] > 0.41  # what it reaches: 0.430 (least squares on train+val: 0.486)
     assert (paths.test_plots / "predictions.png").is_file()
