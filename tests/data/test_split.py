@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from pandas.util import hash_pandas_object
 
 from trainflow.data.schema import Schema
-from trainflow.data.split import Assignment, assign, hash_key, split_frame
+from trainflow.data.split import Assignment, assign, split_frame
 from trainflow.errors import DataError
 from trainflow.params import SplitParams
 from trainflow.paths import SPLITS
@@ -214,15 +214,61 @@ def test_the_seed_changes_the_assignment() -> None:
     np.testing.assert_array_equal(a, assign(frame, schema, SplitParams(), 0).split)
 
 
+def splitmix64_by_hand(key: int, seed: int) -> int:
+    """The documented seeded hash in plain Python ints: splitmix64's finaliser of key XOR blake2b("...:seed")."""
+    import hashlib
+
+    word = int.from_bytes(hashlib.blake2b(f"trainflow.split:{seed}".encode(), digest_size=8).digest(), "big")
+    z, mask = key ^ word, 2**64 - 1
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+    return z ^ (z >> 31)
+
+
 def test_the_assignment_is_the_documented_rule() -> None:
     """Unstratified, 24 distinct ids, fractions .7/.15/.15: 16.8, 3.6, 3.6 rounds to 17, 4, 3 (largest fractional
     parts first, val before test on a tie); the 3 smallest seeded hashes are test, the next 4 val, the rest train."""
     frame = pd.DataFrame({"id": np.arange(24, dtype=np.int64), "x": 0.0, "s": "a", "y": "a"})
     split = assign(frame, schema_for(frame), SplitParams(stratify=False, key=["id"]), 42).split
     as_text = frame[["id"]].astype("string")  # key columns are hashed as text: 3, 3.0 and "3" are one id
-    h = hash_pandas_object(as_text, index=False, hash_key=hash_key(42)).to_numpy(dtype=np.uint64)
-    rank = np.argsort(np.argsort(h))
+    h = [splitmix64_by_hand(int(k), 42) for k in hash_pandas_object(as_text, index=False)]
+    rank = np.argsort(np.argsort(np.array(h, dtype=np.uint64)))
     np.testing.assert_array_equal(split, np.where(rank < 3, 2, np.where(rank < 7, 1, 0)))
+
+
+def test_the_seed_changes_the_split_of_the_raw_row_key_and_each_stays_exact_and_stable() -> None:
+    """Ingest's raw-row key is a number, and pandas mixes its hash_key into strings only: seeds 42, 7 and 123 gave one
+    byte-identical assignment (issue 30). Each seed now gives its own, each exact and kept under appended rows."""
+    from trainflow.data.schema import ROW_KEY
+
+    frame = random_frame(1200).assign(**{ROW_KEY: np.arange(1200, dtype=np.uint64) * 2654435761})
+    base = frame.iloc[:1000]
+    p = SplitParams(val_fraction=0.2, test_fraction=0.2)
+    splits = {}
+    for seed in (42, 7, 123):
+        before = assign(base, schema_for(base), p, seed)
+        assert worst_class_deviation(base, before.split, p) < 1
+        after = assign(frame, schema_for(frame), p, seed, previous=before.assignment)
+        np.testing.assert_array_equal(after.split[:1000], before.split)  # appends move no row
+        assert after.kept == 1000 and deviation(after.split, p) < 1.5
+        splits[seed] = before.split
+    assert (splits[42] != splits[7]).mean() > 0.3 and (splits[7] != splits[123]).mean() > 0.3
+    # Which rows are test follows the documented rule: the seeded hash of the key, smallest first within a class.
+    keys = [splitmix64_by_hand(int(k), 7) for k in hash_pandas_object(base[[ROW_KEY]], index=False)]
+    order = np.argsort(np.array(keys, dtype=np.uint64))
+    for label in LABELS[:3]:
+        rows = [i for i in order if base["y"].iloc[i] == label]
+        n_test = int((splits[7][rows] == 2).sum())
+        assert (splits[7][rows[:n_test]] == 2).all()
+
+
+def test_an_assignment_saved_by_the_seedless_format_is_redone_with_a_note(capsys: pytest.CaptureFixture[str]) -> None:
+    frame = random_frame(300)
+    first = assign(frame, schema_for(frame), SplitParams(), 1)
+    assert first.assignment is not None
+    old = Assignment(first.assignment.keys, first.assignment.split, {**first.assignment.settings, "format": 1})
+    again = assign(frame, schema_for(frame), SplitParams(), 1, previous=old)
+    assert again.kept == 0 and "made by an older trainflow" in capsys.readouterr().err
 
 
 def test_split_frame_keeps_table_order_and_resets_the_index() -> None:

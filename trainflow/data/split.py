@@ -39,15 +39,26 @@ from trainflow.paths import SPLITS
 
 TRAIN, VAL, TEST = 0, 1, 2  # indices into SPLITS
 ASSIGNMENT = "assignment.parquet"
-FORMAT = 1  # of the saved assignment; a change starts every project's assignment afresh
+FORMAT = 2  # of the saved assignment; a change starts every project's assignment afresh (2: keys depend on the seed)
 _MAX_LISTED = 10
 # The proper non-empty subsets of the three splits, for the feasibility test in `quotas`.
 _SUBSETS = [s for k in (1, 2) for s in itertools.combinations(range(3), k)]
 
 
-def hash_key(seed: int) -> str:
-    """The 16-character key `hash_pandas_object` mixes into every row hash; a different seed gives other splits."""
-    return hashlib.blake2b(f"trainflow.split:{seed}".encode(), digest_size=8).hexdigest()
+def seed_word(seed: int) -> np.uint64:
+    """The 64-bit word `seeded` mixes into every key for `seed`."""
+    return np.uint64(int.from_bytes(hashlib.blake2b(f"trainflow.split:{seed}".encode(), digest_size=8).digest(), "big"))
+
+
+def seeded(keys: np.ndarray, seed: int) -> np.ndarray:
+    """splitmix64's finaliser of (key XOR the seed's word): a bijection of uint64, so distinct keys stay distinct, and
+    another seed orders them otherwise. (pandas mixes its hash_key into strings only, never into numbers: seeding
+    through it left the raw-row key, a number, the same for every seed.)"""
+    z = keys.astype(np.uint64) ^ seed_word(seed)
+    with np.errstate(over="ignore"):  # multiplication modulo 2**64 is the point
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
 
 
 def row_keys(frame: pd.DataFrame, columns: list[str], seed: int) -> np.ndarray:
@@ -55,7 +66,7 @@ def row_keys(frame: pd.DataFrame, columns: list[str], seed: int) -> np.ndarray:
     (ROW_KEY) is hashed as it is; other columns (split.key, split.group_by) as text, numbers without a fraction as
     integers, so an id reads the same whether it is a feature (typed) or not (as read): 3, 3.0 and "3" are one id."""
     table = frame[columns] if columns == [ROW_KEY] else pd.DataFrame({c: _canonical(frame[c]) for c in columns})
-    return hash_pandas_object(table, index=False, hash_key=hash_key(seed)).to_numpy(dtype=np.uint64)
+    return seeded(hash_pandas_object(table, index=False).to_numpy(dtype=np.uint64), seed)
 
 
 def _canonical(s: pd.Series) -> pd.Series:
@@ -177,7 +188,11 @@ def settings(frame: pd.DataFrame, schema: Schema, p: SplitParams, seed: int) -> 
 def _by_key(frame: pd.DataFrame, schema: Schema, p: SplitParams, seed: int, previous: Assignment | None) -> Result:
     current = settings(frame, schema, p, seed)
     notes: list[str] = []
-    if previous is not None and previous.settings != current:
+    if previous is not None and previous.settings.get("format") != FORMAT:
+        notes.append("split: the saved assignment was made by an older trainflow, whose row keys did not depend on "
+                     "the seed; every row is assigned afresh")  # fmt: skip
+        previous = None
+    elif previous is not None and previous.settings != current:
         changed = sorted(k for k in current if previous.settings.get(k) != current[k])
         notes.append(f"split: the saved assignment was made with other settings ({', '.join(changed)}); every row "
                      "is assigned afresh")  # fmt: skip
