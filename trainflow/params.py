@@ -875,11 +875,39 @@ def _problems(exc: ValidationError) -> list[tuple[str, str]]:
 LOCATED = re.compile(r"^(tune\.space\.\S+: .+\n?)+$")
 
 
+def duplicate_keys(text: str) -> list[tuple[str, str]]:
+    """Every key given twice in one mapping, as (dotted path, where): YAML forbids them, PyYAML silently keeps the
+    last one (so `params check` passed), and DVC refuses the whole file with a traceback."""
+    problems: list[tuple[str, str]] = []
+
+    def walk(node: yaml.Node, path: str) -> None:
+        if isinstance(node, yaml.MappingNode):
+            first: dict[str, int] = {}
+            for key_node, value in node.value:
+                key, line = str(key_node.value), key_node.start_mark.line + 1
+                dotted = f"{path}.{key}" if path else key
+                if key in first:
+                    problems.append((dotted, f"given twice (lines {first[key]} and {line}); keep one of them"))
+                first.setdefault(key, line)
+                walk(value, dotted)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                walk(item, f"{path}[{i}]")
+
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    if root is not None:
+        walk(root, "")
+    return problems
+
+
 def read_raw(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ParamsError(str(path), [("<file>", "file not found; run from the project root or create params.yaml")])
+    text = path.read_text()
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        if duplicates := duplicate_keys(text):
+            raise ParamsError(str(path), duplicates)
+        raw = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
         raise ParamsError(str(path), [("<file>", f"not valid YAML: {exc}")]) from None
     if not isinstance(raw, dict):

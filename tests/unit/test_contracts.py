@@ -68,3 +68,25 @@ def test_every_field_has_a_description() -> None:
     for name, definition in s["$defs"].items():
         for field, spec in definition["properties"].items():
             assert spec.get("description"), f"{name}.{field} has no description"
+
+
+def test_a_key_given_twice_is_refused_naming_it_and_its_lines(
+    params_file: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """PyYAML keeps the last of two equal keys silently: `params check` said 0, then `trainflow run` ended in DVC's
+    130-line traceback (issue 30). Every repeated key is a problem naming its dotted path and both lines; exit 2."""
+    text = params_file.read_text()
+    lines = text.splitlines()
+    train = next(i for i, line in enumerate(lines) if line.startswith("train:"))
+    lines.insert(train + 1, "  lr: 0.5")  # a second train.lr
+    lines.append("seed: 3")  # a second top-level seed
+    params_file.write_text("\n".join(lines) + "\n")
+    first_lr = next(i for i, line in enumerate(lines) if line.startswith("  lr:") and i != train + 1) + 1
+    first_seed = next(i for i, line in enumerate(lines) if line.startswith("seed:")) + 1
+    monkeypatch.chdir(params_file.parent)
+    for command in (["params", "check"], ["run"], ["stage", "ingest"]):
+        assert cli.main(command) == 2
+        err = capsys.readouterr().err
+        assert f"train.lr: given twice (lines {train + 2} and {first_lr})" in err, err
+        assert f"seed: given twice (lines {first_seed} and {len(lines)})" in err
+    assert not (params_file.parent / "data").exists()  # nothing ran
