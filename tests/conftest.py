@@ -5,6 +5,7 @@ PREFECT_HOME and Prefect's settings are read when prefect is imported, so they a
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -64,8 +65,29 @@ def _isolated_tracking(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TRAINFLOW_ROOT", raising=False)
 
 
-# Files a project needs for DVC to run the pipeline: its definition, params, and the library code stages depend on.
-PROJECT_FILES = ("dvc.yaml", "params.yaml", ".dvcignore", ".dvc/config", ".dvc/.gitignore", "data/raw", "trainflow")
+# Files a project needs for DVC to run the pipeline: its definition and the library code stages depend on (as in
+# this working copy: the code under test), and its defaults (as committed: see `committed`).
+PROJECT_FILES = ("dvc.yaml", ".dvcignore", ".dvc/.gitignore", "trainflow")
+DEFAULTS = ("params.yaml", ".dvc/config", "data/raw")
+
+
+@functools.cache
+def committed(rel: str, root: Path = REPO) -> dict[str, bytes]:
+    """The files at `rel` (a file or a folder) as the last commit of `root` has them, by path under `root`.
+
+    What a user changes by following the README (params.yaml after `-S` overrides, their own data in data/raw, a DVC
+    remote in .dvc/config) is their working state, which no test may build on: tests start from the committed
+    defaults. Outside a git checkout of its own (an unpacked archive, mutmut's copy in mutants/), the files on disk."""
+    git = ["git", "-C", str(root)]
+    top = subprocess.run([*git, "rev-parse", "--show-toplevel"], capture_output=True, text=True)
+    if top.returncode != 0 or Path(top.stdout.strip()).resolve() != root.resolve():
+        on_disk = [root / rel] if (root / rel).is_file() else sorted(p for p in (root / rel).rglob("*") if p.is_file())
+        return {p.relative_to(root).as_posix(): p.read_bytes() for p in on_disk}
+    names = subprocess.run([*git, "ls-tree", "-r", "--name-only", "HEAD", "--", rel], capture_output=True, text=True)
+    return {
+        name: subprocess.run([*git, "show", f"HEAD:{name}"], capture_output=True, check=True).stdout
+        for name in names.stdout.splitlines()
+    }
 
 
 def make_project(dest: Path, params: dict[str, object] | None = None) -> Path:
@@ -78,6 +100,11 @@ def make_project(dest: Path, params: dict[str, object] | None = None) -> Path:
         else:
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / rel)
+    (dest / "data/raw").mkdir(parents=True)  # where a test's own data goes
+    for rel in DEFAULTS:
+        for name, content in committed(rel).items():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            (dest / name).write_bytes(content)
     if params:
         from trainflow.params import write_overrides
 
@@ -150,8 +177,8 @@ def wait_for_http(url: str, alive: Callable[[], str | None], seconds: float, int
 
 @pytest.fixture
 def params_file(tmp_path: Path) -> Path:
-    """A copy of this repo's params.yaml to change."""
-    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
+    """A copy of this repo's params.yaml (as committed) to change."""
+    (tmp_path / "params.yaml").write_bytes(committed("params.yaml")["params.yaml"])
     return tmp_path / "params.yaml"
 
 

@@ -3,23 +3,23 @@ clearly. prefect.yaml cannot read params.yaml, so the defaults are written twice
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
+from conftest import committed
 
 from trainflow import cli
 from trainflow.errors import ParamsError
-from trainflow.params import DEFAULT_CRON, DeployParams, load_params, read_raw
+from trainflow.params import DEFAULT_CRON, DeployParams, load_params
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_prefect_yaml_deploys_what_params_yaml_says() -> None:
     defaults = DeployParams()
-    assert read_raw(REPO / "params.yaml")["deploy"] == defaults.model_dump()
+    assert yaml.safe_load(committed("params.yaml")["params.yaml"])["deploy"] == defaults.model_dump()
 
     spec = yaml.safe_load((REPO / "prefect.yaml").read_text())
     [deployment] = spec["deployments"]
@@ -41,7 +41,7 @@ def test_the_default_cron_is_one_prefect_accepts() -> None:
 
 @pytest.fixture
 def params_file(tmp_path: Path) -> Path:
-    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
+    (tmp_path / "params.yaml").write_bytes(committed("params.yaml")["params.yaml"])
     return tmp_path / "params.yaml"
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import committed
 
 from trainflow.stages import STAGES
 
@@ -79,7 +80,7 @@ def loaded_in_fresh_interpreter(module: str) -> set[str]:
 
 def interpolated(dep: str) -> str:
     """`${model.code}` as DVC reads it: the value at that dotted key of params.yaml."""
-    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params = yaml.safe_load(committed("params.yaml")["params.yaml"])
 
     def value(match: re.Match[str]) -> str:
         node = params
@@ -127,4 +128,4 @@ def test_the_train_stage_depends_on_the_model_code_param() -> None:
     train; the default names trainflow's own models, which the stage imports anyway."""
     deps = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["train"]["deps"]
     assert "${model.code}" in deps
-    assert interpolated("${model.code}") == yaml.safe_load((REPO / "params.yaml").read_text())["model"]["code"]
+    assert interpolated("${model.code}") == yaml.safe_load(committed("params.yaml")["params.yaml"])["model"]["code"]
