@@ -154,16 +154,25 @@ def test_the_guard_catches_a_sync_added_to_the_step(tmp_path: Path, injected: An
         t.train_step(windows(data, 16, 1, 1)[0])
 
 
-def test_an_hf_model_step_never_reads_the_device(tmp_path: Path) -> None:
-    """hf: models too: Transformers' SDPA mask helper would ask the device whether any token is padding (a 2-D mask's
-    `.all()`); HFSequenceModel hands it a 4-D mask it uses as it is. Checkpointing and layer decay on, as users run."""
-    from conftest import tiny_bert
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+@pytest.mark.parametrize("kind", ["bert", "gpt2", "llama"])
+def test_an_hf_model_step_never_reads_the_device(tmp_path: Path, kind: str, attention: str) -> None:
+    """hf: models too, an encoder and decoders, SDPA and eager: Transformers' SDPA mask helpers would ask the device
+    whether any token is padding (a 2-D mask's `.all()`); HFSequenceModel hands them the 4-D mask they would build,
+    which they use as it is, and a decoder finds its last real token on the device. Checkpointing and layer decay on,
+    as users run."""
+    from conftest import tiny_bert, tiny_decoder
 
     from trainflow.models import hf
 
-    directory = tiny_bert(tmp_path / "bert", [f"w{i}" for i in range(40)], labels=4)
+    words = [f"w{i}" for i in range(40)]
+    if kind == "bert":
+        directory = tiny_bert(tmp_path / kind, words, labels=4)
+    else:
+        directory = tiny_decoder(tmp_path / kind, words, kind=kind, labels=4)
     classes = ["a", "b", "c", "d"]  # text_data's labels are 0..3
     model = hf.HFSequenceModel(4, hf.config(directory, classes, 4, 64)["hf_config"], str(directory))
+    model.model.set_attn_implementation(attention)
     model.activation_checkpointing(True)
     data = text_data(n=64, per_token=False, vocab=40)
     t = make_trainer(tmp_path, model, batch_size=8, accumulate=2, layer_decay=0.8)

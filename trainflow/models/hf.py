@@ -8,15 +8,21 @@ has another size); its own tokenizer encodes the text (`tokenizer`).
 The exported model (models/final) holds the fine-tuned weights as safetensors, the Transformers config inside
 model.json and the tokenizer as tokenizer.json: predicting and serving it need neither the pretrained directory nor a
 download (`HFSequenceModel` without `pretrained` builds the architecture from the config, then the weights load).
+
+`HFSequenceModel.forward` is Transformers' own forward with the 2-D padding mask (the same function), for encoders
+and decoders, SDPA and eager attention: it hands the model the 4-D mask Transformers would build (so no op reads the
+device on the host), and a decoder reads its last real token, found by the mask.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import json
 import re
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -142,7 +148,44 @@ def tokenizer(directory: Path, max_length: int) -> tuple[Any, int]:
     tok.no_padding()  # batches are padded by the engine, to each batch's longest sequence
     tok.enable_truncation(max_length)
     pad = auto.pad_token_id
-    return tok, int(pad) if pad is not None else 0  # without a pad token any id does: the mask hides it
+    # Without a pad token any id does (GPT-2's 0 is "!"): attention never sees a padded position (the mask), and a
+    # decoder reads its last real token by the mask, not by this id (HFSequenceModel.forward).
+    return tok, int(pad) if pad is not None else 0
+
+
+# The masking_utils builders whose 4-D masks HFSequenceModel can build itself: full attention, causal or bidirectional,
+# and sliding windows while a batch fits in the window (where the windowed mask is the full one).
+PLAIN_MASKS = {"create_causal_mask", "create_bidirectional_mask", "create_sliding_window_causal_mask"}
+
+
+def _self_attention_mask(model: Any) -> Callable[..., Any] | None:
+    """Transformers' mask function for `model`'s self-attention (causal or bidirectional) when its masks are ones
+    HFSequenceModel can build: the model (its base model's module) makes them with masking_utils' plain builders
+    only, and runs the attention interface that takes a 4-D mask as it is. None otherwise (an encoder-decoder, local
+    or recurrent attention, a model with its own mask code, a Transformers without masking_utils): that model gets
+    the 2-D mask and builds its masks itself."""
+    try:
+        from transformers import masking_utils
+    except ImportError:
+        return None
+    if "allow_is_bidirectional_skip" not in inspect.signature(masking_utils.sdpa_mask).parameters:
+        return None  # an older masking_utils, whose skips cannot be turned off
+    module = sys.modules[type(model.base_model).__module__]
+    used = {name for name, obj in vars(module).items() if getattr(obj, "__module__", None) == masking_utils.__name__}
+    config = model.config
+    if not used or not used <= PLAIN_MASKS or getattr(config, "is_encoder_decoder", False):
+        return None
+    if not getattr(model, "_supports_attention_backend", False):
+        return None
+    # A model that builds only causal masks is a decoder; one that builds both (BERT's family, by config.is_decoder;
+    # GPT-2, bidirectional for cross-attention) says so in its attention modules' `is_causal`, the flag Transformers'
+    # own SDPA path reads when it passes no mask. config.is_causal = False makes a decoder bidirectional.
+    decoder = "create_causal_mask" in used and (
+        "create_bidirectional_mask" not in used or any(getattr(m, "is_causal", False) is True for m in model.modules())
+    )
+    if decoder and getattr(config, "is_causal", True):
+        return masking_utils.causal_mask_function
+    return masking_utils.bidirectional_mask_function
 
 
 class HFSequenceModel(nn.Module):
@@ -172,14 +215,49 @@ class HFSequenceModel(nn.Module):
         self.out_features = out_features
         self.num_layers = int(getattr(model.config, "num_hidden_layers", 0) or 0)
         self.hidden_size = int(getattr(model.config, "hidden_size", 0) or 0)
+        self.mask_function = _self_attention_mask(model)
+        self.sliding_window = getattr(model.config, "sliding_window", None)
+        # A decoder classifier (GPT-2's, OPT's, Llama's family: Transformers' GenericForSequenceClassification) applies
+        # its `score` layer to every token and reads the last one that is not config.pad_token_id.
+        encoder_decoder = getattr(model.config, "is_encoder_decoder", False)
+        self.decoder = isinstance(getattr(model, "score", None), nn.Linear) and not encoder_decoder
 
     def forward(self, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        # The mask as [N, 1, L, L] booleans (a view): Transformers uses a 4-D mask as it is, where from a 2-D one its
-        # SDPA helper first asks the device whether any token is padding (`mask.all()`, a host sync per forward).
-        n, length = mask.shape
-        attention = mask.bool()[:, None, None, :].expand(n, 1, length, length)
-        logits: torch.Tensor = self.model(input_ids=tokens, attention_mask=attention).logits
+        attention = self._attention_mask(mask)
+        if not self.decoder:
+            logits: torch.Tensor = self.model(input_ids=tokens, attention_mask=attention).logits
+            return logits
+        # Transformers finds a decoder's last real token as the last one that is not config.pad_token_id: with none
+        # (GPT-2) a batch > 1 fails, and a pad id that is also a real token (GPT-2's "!" is 0) moves it. The engine
+        # pads on the right, so it is the mask's last True: found on the device. No cache: nothing generates here.
+        hidden = self.model.base_model(input_ids=tokens, attention_mask=attention, use_cache=False).last_hidden_state
+        last = mask.sum(dim=1) - 1
+        logits = self.model.score(hidden[torch.arange(len(last), device=last.device), last])  # indices: no sync
         return logits
+
+    def _attention_mask(self, mask: torch.Tensor) -> torch.Tensor:
+        """The [N, 1, L, L] mask Transformers builds from the 2-D `mask` for this model and attention (booleans for
+        SDPA, 0 / dtype-min added to the scores for eager; causal for a decoder), built with its own functions: a
+        4-D mask it then uses as it is. Built from a 2-D mask, Transformers first asks the device whether the batch
+        has padding at all (`mask.all()`, a host sync per forward) to pass no mask instead, the same function: here
+        the mask is always there. Its cost: N*L*L elements, and SDPA never takes its flash kernel (which takes no mask).
+        The 2-D mask itself for a model whose masks this cannot build (`_self_attention_mask`), and for a batch longer
+        than the model's sliding window: there Transformers builds them (and under SDPA pays the sync)."""
+        n, length = mask.shape
+        if self.mask_function is None or (isinstance(self.sliding_window, int) and length > self.sliding_window):
+            return mask
+        from transformers import masking_utils
+
+        builders: dict[str, Callable[..., Any]] = {"sdpa": masking_utils.sdpa_mask, "eager": masking_utils.eager_mask}
+        build = builders.get(self.model.config._attn_implementation)  # flash and flex attention take other masks
+        if build is None:
+            return mask
+        attention: torch.Tensor = build(
+            batch_size=n, q_length=length, kv_length=length, mask_function=self.mask_function,
+            attention_mask=mask.bool(), allow_is_causal_skip=False, allow_is_bidirectional_skip=False,
+            dtype=self.model.get_input_embeddings().weight.dtype, device=mask.device,
+        )  # fmt: skip
+        return attention
 
     def layer_of(self, name: str) -> int:
         """train.layer_decay's layer of a parameter: 0 the embeddings, 1..num_layers the numbered layers, num_layers + 1
