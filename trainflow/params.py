@@ -444,6 +444,12 @@ class TrainParams(Section):
     backend: Literal["auto", "nccl", "gloo"] = Field(
         "auto", description="torch.distributed backend with several ranks; auto = nccl on CUDA, gloo on CPU."
     )
+    sync_batchnorm: bool = Field(
+        False,
+        description="With several ranks on CUDA: BatchNorm layers become SyncBatchNorm, normalising each micro-batch "
+        "with the statistics of every rank's micro-batch at that step (batch_size * world_size samples). false: each "
+        "rank normalises its own micro-batch, as one process with accumulate * world_size would.",
+    )
     deterministic: bool = Field(
         False, description="Deterministic kernels only (torch.use_deterministic_algorithms, cuDNN, cuBLAS workspace)."
     )

@@ -15,8 +15,10 @@ import torch
 from engine_kit import make_trainer, mlp, table, text_data, text_model
 
 from trainflow.engine import distributed
-from trainflow.engine.data import Dataset
+from trainflow.engine.augment import Augment
+from trainflow.engine.data import Dataset, ImageData
 from trainflow.engine.trainer import Trainer
+from trainflow.models.cnn import CNN
 
 CPU = torch.device("cpu")
 
@@ -28,32 +30,50 @@ def join(strategy: str = "ddp") -> distributed.Group:
 def data(kind: str) -> tuple[Dataset, Dataset]:
     if kind == "table":
         return table(n=203), table(n=203, seed=1)
+    if kind.startswith("image"):  # the last window: 20 images (both ranks), or 11 (rank 0 alone)
+        n = 116 if kind == "image" else 107
+        return images(n, seed=1, augment=Augment(shift=1, flip=True)), images(40, seed=2)
     return text_data(n=91), text_data(n=91)
 
 
+def images(n: int, seed: int, augment: Augment | None = None) -> ImageData:
+    """n random 2 x 6 x 5 images of 3 classes."""
+    pixels = torch.randint(0, 256, (n, 2, 6, 5), generator=torch.Generator().manual_seed(seed), dtype=torch.uint8)
+    return ImageData(pixels, torch.arange(n) % 3, [128.0, 128.0], [64.0, 64.0], augment=augment)
+
+
 def model(kind: str) -> torch.nn.Module:
+    if kind.startswith("image"):
+        torch.manual_seed(5)
+        cnn = CNN(2, 3, [8, 16], 1, image_size=[6, 5])  # 6 BatchNorm layers
+        norm = cnn.stem[1]
+        assert isinstance(norm, torch.nn.BatchNorm2d)
+        norm.momentum = None  # one keeps a cumulative average, the others torch's moving one (momentum 0.1)
+        return cnn
     return mlp() if kind == "table" else text_model("token")
 
 
 def exactness(tmp: str, settings: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """ddp and fsdp, table and text: the final weights, and val metrics computed by all ranks of those weights."""
+    """ddp and fsdp, for each data kind: the final weights, the history, where the checkpoints are, and val metrics
+    computed by all ranks of the final weights."""
     out: dict[str, Any] = {}
     joined = join()  # one process group for every case: a re-initialised group would reuse the launcher's store
     for strategy in ("ddp", "fsdp"):
         group = dataclasses.replace(joined, strategy=strategy)
-        for kind in ("table", "text"):
+        for kind in settings:
             train, val = data(kind)
             t = make_trainer(Path(tmp) / f"{strategy}-{kind}", model(kind), group=group, **settings[kind])
             t.fit(train, val)
             final = group.broadcast(t.final_weights)  # evaluate exactly the exported weights, on every rank
             group.load_state(t.model, None, final, None)
-            metrics = t.evaluate(val, batch_size=16)  # 13 / 6 batches dealt to 2 ranks: uneven, one empty
+            metrics = t.evaluate(val, batch_size=16)  # 13 / 6 / 3 batches dealt to 2 ranks: uneven, one empty
             if kind == "table":  # val_roc_auc/val_pr_auc: every rank's scores gathered (per-token text has none)
                 t.p = t.p.model_copy(update={"monitor": "val_roc_auc"})
                 metrics = t.evaluate(val, batch_size=16)
             if group.is_main:
                 out[f"{strategy}-{kind}"] = {
                     "weights": final,
+                    "checkpoints": str(t.store.root),
                     "metrics": metrics,
                     "history": t.state.history,
                     "grad_norm": float(t.grad_norm),  # of the last update: of the summed gradients, all ranks'

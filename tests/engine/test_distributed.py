@@ -1,4 +1,4 @@
-"""Two processes (gloo, CPU) against one: the same maths, the same samples, collective skips, resume across world sizes.
+"""Two processes (gloo, CPU) against one: the same maths (BatchNorm's too), samples, collective skips, resume anywhere.
 
 The ranks run through `distributed.launch` (torch's elastic launcher), as the train stage starts them; what each rank
 does is in dist_ranks.py. The single-process side is computed here, in this process, with the ordinary trainer.
@@ -17,12 +17,26 @@ import torch
 from engine_kit import make_trainer
 
 from trainflow.engine import distributed
+from trainflow.engine.checkpoint import Checkpoint, CheckpointStore, load_checkpoint
 from trainflow.engine.data import epoch_order
+from trainflow.errors import ParamsError
 
-# 203 rows, windows of 8 x 2 x 2 = 32: 6 whole windows and one of 11 (shards of 5 and 6) per epoch; 4 epochs.
+# Windows of batch_size x accumulate 2 x 2 ranks; the last one of each epoch partial. Table: 203 rows in windows of 32,
+# 6 whole and one of 11 (rank 0: micro-batches of 8 and 3; rank 1: two empty ones). Text: 91 sequences in windows of
+# 8, 11 whole and one of 3 (rank 0: 2 and 1). Images (a cnn with BatchNorm): 116 in windows of 32, 3 whole and one of
+# 20 (rank 0: 8 and 8; rank 1: 4 and an empty one), or 107, the last window 11 (rank 0: 8 and 3; rank 1: nothing).
+# One process with accumulate 4 cuts the same micro-batches from each window.
 SETTINGS: dict[str, Any] = {"batch_size": 8, "accumulate": 2, "epochs": 4, "eval_every": 9, "log_every": 5}
-# 91 sequences in windows of 2 x 2 x 2 = 8: 11 whole ones and one of 3 (shards of 1 and 2) per epoch.
-BY_KIND = {"table": SETTINGS, "text": {**SETTINGS, "batch_size": 2}}
+BY_KIND = {
+    "table": SETTINGS,
+    "text": {**SETTINGS, "batch_size": 2},
+    "image": {**SETTINGS, "epochs": 5, "eval_every": 6},
+    "image-tail": {**SETTINGS, "epochs": 5, "eval_every": 6},
+}
+# History fields that are counts or the schedule's own rates: the same numbers on any number of processes. The rest
+# (train_loss, val_*) are sums of floats added in another order (per rank, then across ranks), of weights that differ
+# by such sums: equal within float rounding.
+EXACT = {"update", "epoch", "lr"}
 
 
 def relative(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
@@ -30,6 +44,49 @@ def relative(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
     x = torch.cat([a[k].flatten().double() for k in sorted(a)])
     y = torch.cat([b[k].flatten().double() for k in sorted(b)])
     return float((x - y).norm() / y.norm())
+
+
+def assert_same_tensors(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], what: str) -> None:
+    """Key by key: integer tensors (num_batches_tracked) exactly; float ones (weights, BatchNorm's running statistics,
+    the optimizer's moments) within 1e-5 of the key's norm: gradients summed in another order, nothing more."""
+    assert sorted(got) == sorted(want), what
+    for k, w in want.items():
+        g = got[k]
+        assert g.dtype == w.dtype and g.shape == w.shape, f"{what}/{k}"
+        if w.is_floating_point():
+            gap, scale = float((g.double() - w.double()).norm()), float(w.double().norm())
+            assert gap <= 1e-5 * scale + 1e-9, f"{what}/{k}: differs by {gap:.3g} (norm {scale:.3g})"
+        else:
+            assert torch.equal(g, w), f"{what}/{k}: {g.tolist()} != {w.tolist()}"
+
+
+def without_key_bias(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The state without attention's key bias. It adds one number to all of a query's scores, which softmax ignores:
+    its gradient is zero up to float rounding, and AdamW's normalisation makes steps of full size of that noise. Equal
+    between one process and two only within the whole state's norm (checked), not its own."""
+    out = dict(state)
+    for k, v in state.items():
+        if k.endswith("attn.qkv.bias"):  # [query | key | value]
+            out[k] = torch.cat([v[: len(v) // 3], v[2 * len(v) // 3 :]])
+    return out
+
+
+def assert_same_history(got: list[dict[str, float]], want: list[dict[str, float]]) -> None:
+    """Every key of every evaluation record: the counts and rates exactly, the sums within float rounding."""
+    assert [h["update"] for h in got] == [h["update"] for h in want]
+    for g, w in zip(got, want, strict=True):
+        assert sorted(g) == sorted(w)
+        for k, v in w.items():
+            if k in EXACT:
+                assert g[k] == v, f"update {w['update']}: {k}"
+            else:
+                assert g[k] == pytest.approx(v, rel=1e-5, abs=1e-7), f"update {w['update']}: {k}"
+
+
+def last_checkpoint(root: Path) -> Checkpoint:
+    path = CheckpointStore(root, 1).latest()
+    assert path is not None
+    return load_checkpoint(path)
 
 
 @pytest.fixture(scope="module")
@@ -40,10 +97,14 @@ def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-@pytest.mark.parametrize("kind", ["table", "text"])
+@pytest.mark.parametrize("kind", list(BY_KIND))
 def test_two_processes_equal_one_with_twice_the_accumulation(
     two_ranks: dict[str, Any], tmp_path: Path, strategy: str, kind: str
 ) -> None:
+    """The same micro-batches (a partial last window included), so the same gradients, with BatchNorm too: each
+    micro-batch normalised with its own statistics, on whichever rank. The running statistics merged after each window
+    are one process's, and so are the val metrics of every evaluation, the last checkpoint (weights, statistics,
+    optimizer state, progress) and the exported weights."""
     train, val = dist_ranks.data(kind)
     one = {**BY_KIND[kind], "accumulate": SETTINGS["accumulate"] * 2}
     t = make_trainer(tmp_path, dist_ranks.model(kind), **one)
@@ -51,13 +112,30 @@ def test_two_processes_equal_one_with_twice_the_accumulation(
     assert t.state.updates >= 20
     got = two_ranks[f"{strategy}-{kind}"]
     assert t.final_weights is not None
+    assert_same_tensors(without_key_bias(got["weights"]), without_key_bias(t.final_weights), "exported")
     assert relative(got["weights"], t.final_weights) < 1e-5
     assert relative(got["weights"], dist_ranks.model(kind).state_dict()) > 1e-2  # it trained
+    # Every evaluation: the ranks' val metrics (computed with the merged statistics) are one process's.
+    assert_same_history(got["history"], t.state.history)
+    # The last checkpoint: weights and buffers, every optimizer tensor, and the progress, rank 0's as one process's.
+    mine, ranks = last_checkpoint(tmp_path), last_checkpoint(Path(got["checkpoints"]))
+    assert_same_tensors(without_key_bias(ranks.tensors["model"]), without_key_bias(mine.tensors["model"]), "model")
+    assert relative(ranks.tensors["model"], mine.tensors["model"]) < 1e-5
+    assert_same_tensors(ranks.tensors["optimizer"], mine.tensors["optimizer"], "optimizer")
+    state, want = ranks.meta["state"], mine.meta["state"]
+    assert sorted(state) == sorted(want)
+    assert_same_history(state.pop("history"), want.pop("history"))
+    for k, v in want.items():
+        if k == "tokens":  # tokens/s's count: rank 0 counts its own micro-batches' tokens only (tables, images: 0)
+            continue
+        assert state[k] == (pytest.approx(v, rel=1e-5) if isinstance(v, float) else v), k
+    if kind.startswith("image"):  # BatchNorm counts one process's micro-batches: 3 x 4 + 3 (or 2) per epoch
+        tracked = [v for k, v in mine.tensors["model"].items() if k.endswith("num_batches_tracked")]
+        assert len(tracked) == 6 and {int(v) for v in tracked} == {5 * (12 + (3 if kind == "image" else 2))}
     # Summed, not averaged, across ranks (AdamW would hide a factor of world_size in the gradients; the norm does not)
     assert got["grad_norm"] == pytest.approx(float(t.grad_norm), rel=1e-5)
-    # The same evaluations at the same updates, and val metrics of the exported weights computed by two ranks (each
-    # a share of uneven batches) equal to what one process computes over the whole val set, to the last bit.
-    assert [h["update"] for h in got["history"]] == [h["update"] for h in t.state.history]
+    # Val metrics of the exported weights computed by two ranks (each a share of uneven batches) equal to what one
+    # process computes over the whole val set, to the last bit.
     t.model.load_state_dict(got["weights"])
     if kind == "table":  # the ranks' val_roc_auc / val_pr_auc too: every rank's scores gathered, then ranked
         t.p = t.p.model_copy(update={"monitor": "val_roc_auc"})
@@ -70,6 +148,38 @@ def test_two_processes_equal_one_with_twice_the_accumulation(
         assert got["metrics"] == t.evaluate(val, batch_size=16)
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_the_ranks_micro_batches_are_those_one_process_cuts_from_the_window(world: int) -> None:
+    """Rank after rank, the shares cut into micro-batches are one process's micro-batches of the window, whole or
+    partial (BatchNorm's statistics are per micro-batch); `micro_batches` counts each rank's non-empty ones."""
+    micro_batch, accumulate = 8, 2
+    share = micro_batch * accumulate
+    for n in (share * world, 1, 7, 8, 11, 16, 20, share * world - 1):
+        idx = torch.arange(100, 100 + n)
+        one_process = [piece.tolist() for piece in idx.split(micro_batch)]
+        groups = [distributed.Group(rank=r, world_size=world) for r in range(world)]
+        per_rank = [[piece.tolist() for piece in g.shard(idx, share).split(micro_batch) if len(piece)] for g in groups]
+        assert [piece for pieces in per_rank for piece in pieces] == one_process, n
+        assert all(len(pieces) <= accumulate for pieces in per_rank), n
+        assert groups[0].micro_batches(n, share, micro_batch) == [len(pieces) for pieces in per_rank], n
+
+
+def test_sync_batchnorm_needs_cuda_and_keeps_batchnorms_state(tmp_path: Path) -> None:
+    """torch runs SyncBatchNorm on CUDA only: several ranks on the CPU with train.sync_batchnorm stop before training,
+    naming the field. Converted layers keep BatchNorm's state keys, so a checkpoint or an export from either setting
+    loads into the plain model."""
+    two = distributed.Group(rank=0, world_size=2)
+    with pytest.raises(ParamsError) as caught:
+        make_trainer(tmp_path, dist_ranks.model("image"), group=two, sync_batchnorm=True, **BY_KIND["image"])
+    assert [path for path, _ in caught.value.problems] == ["train.sync_batchnorm"]
+    assert "CUDA only" in str(caught.value)
+    synced = torch.nn.SyncBatchNorm.convert_sync_batchnorm(dist_ranks.model("image"))
+    assert sum(isinstance(m, torch.nn.SyncBatchNorm) for m in synced.modules()) == 6
+    plain = dist_ranks.model("image")
+    assert_same_tensors(synced.state_dict(), plain.state_dict(), "sync_batchnorm")
+    plain.load_state_dict(synced.state_dict())  # strict: the same keys
 
 
 @pytest.mark.slow  # a launch of two ranks per strategy: ~8 s each

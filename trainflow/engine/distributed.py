@@ -4,14 +4,21 @@ The engine trains on N processes through PyTorch's own machinery: `elastic_launc
 ranks, DDP or FSDP2 (`fully_shard`) syncs the gradients. What we add is exactness:
 
 - Each update's global window of `batch_size * accumulate * world_size` samples (the order still a function of
-  (seed, epoch) only) is cut into `world_size` contiguous shards whose sizes differ by at most one sample: no padding,
-  no duplicates, a partial last window included. Every rank runs `accumulate` micro-batches, some possibly empty, so
-  the collectives of FSDP2 (one per forward) and DDP (one per synced backward) line up.
+  (seed, epoch) only) is cut, in rank order, into shares of `batch_size * accumulate` samples, and each share into
+  micro-batches of `batch_size`: exactly the micro-batches one process with `accumulate * world_size` cuts from the
+  window, no padding, no duplicates. A partial last window leaves the last ranks a shorter share, or none. Every rank
+  runs `accumulate` micro-batches, some possibly empty, so the collectives of FSDP2 (one per forward) and DDP (one per
+  synced backward) line up.
 - Gradients are **summed** across ranks (a DDP comm hook; FSDP2's divide factor of 1), and each rank seeds its backward
   with 1 / (the loss terms of the whole global window): the update is the global window's summed loss divided once,
   the same as one process with `accumulate * world_size` micro-batches. Only SUM reductions are used (gloo has no
   PREMUL_SUM/AVG for this).
 - Gradients sync on a window's last micro-batch only (DDP `no_sync`, FSDP2 `set_requires_gradient_sync`).
+- BatchNorm normalises each micro-batch with that micro-batch's statistics, on its rank; the micro-batches being one
+  process's, so are the gradients (one process's with `accumulate * world_size` micro-batches, not with the whole
+  window in one: BatchNorm makes accumulation differ from a large batch, on one process as on many). After every
+  window the ranks' running statistics are merged into exactly those one process holds (`RunningStats`).
+  `sync_batchnorm` (torch's SyncBatchNorm, CUDA only) instead normalises over every rank's k-th micro-batch at once.
 
 A `Group` of one process is the default everywhere, and all of this collapses to plain single-process code for it.
 The CUDA/nccl path differs from the CPU/gloo one only in the backend and the device, so the CPU tests cover its logic.
@@ -21,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import math
 import os
 import socket
 import sys
@@ -30,8 +38,9 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
 
-from trainflow.errors import ServiceError, UserError
+from trainflow.errors import ParamsError, ServiceError, UserError
 
 # A rank that waits this long in a collective has lost a peer: fail, never hang. Long enough for a checkpoint write.
 TIMEOUT = datetime.timedelta(seconds=float(os.environ.get("TRAINFLOW_COLLECTIVE_TIMEOUT", "120")))
@@ -78,12 +87,22 @@ class Group:
 
     # --- model --------------------------------------------------------------------------------------------------
 
-    def wrap(self, model: nn.Module, device: torch.device) -> nn.Module:
+    def wrap(self, model: nn.Module, device: torch.device, sync_batchnorm: bool = False) -> nn.Module:
         """The module to run forward/backward through: the model itself, DDP around it, or it, fully sharded.
 
-        DDP sums gradients (a comm hook) instead of averaging them; FSDP2's divide factor of 1 does the same."""
+        DDP sums gradients (a comm hook) instead of averaging them; FSDP2's divide factor of 1 does the same.
+        sync_batchnorm: the model's BatchNorm layers become SyncBatchNorm first (in place: the saved state keeps
+        BatchNorm's keys), which torch runs on CUDA only."""
         if not self.distributed:
-            return model
+            return model  # SyncBatchNorm over one rank is BatchNorm
+        if sync_batchnorm:
+            if device.type == "cpu":
+                raise ParamsError(
+                    "params.yaml",
+                    [("train.sync_batchnorm", "torch's SyncBatchNorm runs on CUDA only; set it to false on the CPU "
+                      "(each rank's BatchNorm then normalises its own micro-batches, the ones one process would)")],
+                )  # fmt: skip
+            nn.SyncBatchNorm.convert_sync_batchnorm(model)
         if self.strategy == "fsdp":
             from torch.distributed.fsdp import FSDPModule, fully_shard
 
@@ -111,12 +130,17 @@ class Group:
 
     # --- data ---------------------------------------------------------------------------------------------------
 
-    def shard(self, idx: torch.Tensor) -> torch.Tensor:
-        """This rank's contiguous part of a global window: sizes differ by at most one, nothing padded or repeated."""
+    def shard(self, idx: torch.Tensor, share: int) -> torch.Tensor:
+        """This rank's part of a global window: the `share` (batch_size * accumulate) samples after the lower ranks'.
+        Cut into micro-batches of batch_size, they are the ones one process cuts from the window (so are BatchNorm's
+        statistics); nothing padded or repeated. A partial last window leaves the last ranks less, or nothing."""
         if not self.distributed:
             return idx
-        n = len(idx)
-        return idx[n * self.rank // self.world_size : n * (self.rank + 1) // self.world_size]
+        return idx[self.rank * share : (self.rank + 1) * share]
+
+    def micro_batches(self, window: int, share: int, micro_batch: int) -> list[int]:
+        """How many micro-batches with samples in them each rank runs (rank order) for a window of `window` samples."""
+        return [math.ceil(min(max(window - r * share, 0), share) / micro_batch) for r in range(self.world_size)]
 
     # --- reductions ---------------------------------------------------------------------------------------------
 
@@ -200,6 +224,74 @@ class Group:
     def local(self, tensor: torch.Tensor) -> torch.Tensor:
         """This rank's shard of a (possibly sharded) tensor."""
         return tensor.to_local() if hasattr(tensor, "to_local") else tensor  # type: ignore[no-any-return]
+
+
+class RunningStats:
+    """BatchNorm's running statistics on several ranks, merged after every window into those one process holds.
+
+    One process folds each micro-batch's statistics s_k (mean, unbiased variance) into a running average, one
+    micro-batch after the other: r <- (1 - m) r + m s_k. After a window of A micro-batches that is
+    r = (1 - m)^A r0 + sum_k (1 - m)^(A - k) m s_k, linear in the s_k. The ranks hold consecutive runs of the window's
+    micro-batches (`Group.shard`), so each rank folds its own into zeros and scales the result by (1 - m)^(the
+    micro-batches of the ranks after it); one all-reduce SUM of those, plus (1 - m)^A r0, is one process's r, on every
+    rank (the same terms added in another order: equal within float rounding). momentum None (a cumulative average,
+    the mean of every s_k so far) merges the same way with counts for weights. num_batches_tracked grows by the
+    window's micro-batches that had samples, as on one process. So validation, checkpoints and the export see one
+    process's statistics, whichever rank they read. (DDP still broadcasts rank 0's buffers before a window's first
+    forward, for any other buffers a model keeps: the statistics are zeros on every rank then.)
+
+    Cost per update, only with several ranks and BatchNorm layers: a copy of the statistics and one all-reduce of two
+    floats per channel, on the device. SyncBatchNorm layers are left alone: they hold every rank's statistics already.
+    """
+
+    def __init__(self, group: Group, model: nn.Module, micro_batch: int, accumulate: int) -> None:
+        self.group, self.micro_batch, self.share = group, micro_batch, micro_batch * accumulate
+        per_rank = [m for m in model.modules() if isinstance(m, _BatchNorm) and not isinstance(m, nn.SyncBatchNorm)]
+        self.norms = [m for m in per_rank if m.track_running_stats] if group.distributed else []
+
+    def merged(self, window: int) -> contextlib.AbstractContextManager[object]:
+        """Around the forwards of one window of `window` samples (all ranks'): its statistics merged at the end."""
+        if not self.norms:
+            return _NO_CHANGE
+        return self._merging(self.group.micro_batches(window, self.share, self.micro_batch))
+
+    @contextlib.contextmanager
+    def _merging(self, counts: list[int]) -> Iterator[None]:
+        stats = [s for m in self.norms for s in _buffers(m)[:2]]  # mean_0, var_0, mean_1, ...
+        tracked = [_buffers(m)[2] for m in self.norms]
+        start, tracked_before = [s.clone() for s in stats], [t.clone() for t in tracked]
+        for t in stats + tracked:
+            t.zero_()  # training normalises with the batch's statistics: these are only written, never read
+        try:
+            yield
+        except BaseException:
+            for t, before in zip(stats + tracked, start + tracked_before, strict=True):
+                t.copy_(before)
+            raise
+        rank, total = self.group.rank, sum(counts)
+        own, kept = [], []  # per buffer: the weight of what this rank folded in, and that of r0
+        for m, before in zip(self.norms, tracked_before, strict=True):
+            if m.momentum is None:  # r = (n0 r0 + sum of this window's s_k) / (n0 + A); a rank's own is its mean
+                n0 = int(before)  # a host read, as the layer itself makes one per forward for this
+                weights = (counts[rank] / (n0 + total), n0 / (n0 + total))
+            else:
+                decay = 1.0 - m.momentum
+                weights = (decay ** sum(counts[rank + 1 :]), decay**total)
+            own += [weights[0]] * 2
+            kept += [weights[1]] * 2
+        torch._foreach_mul_(stats, own)
+        flat = self.group.sum_(torch.cat([s.reshape(-1) for s in stats]))  # one all-reduce for every layer
+        torch._foreach_copy_(stats, [v.view_as(s) for v, s in zip(flat.split([s.numel() for s in stats]), stats)])
+        torch._foreach_mul_(start, kept)
+        torch._foreach_add_(stats, start)
+        torch._foreach_add_(tracked_before, total)
+        torch._foreach_copy_(tracked, tracked_before)
+
+
+def _buffers(norm: _BatchNorm) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """running_mean, running_var, num_batches_tracked of a layer that tracks them."""
+    assert norm.running_mean is not None and norm.running_var is not None and norm.num_batches_tracked is not None
+    return norm.running_mean, norm.running_var, norm.num_batches_tracked
 
 
 _NO_CHANGE = contextlib.nullcontext()  # reusable: the one-process step pays nothing for the distributed case

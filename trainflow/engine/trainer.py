@@ -39,7 +39,7 @@ from trainflow.engine.checkpoint import (
     unflatten_optimizer,
 )
 from trainflow.engine.data import Batch, Dataset, epoch_order
-from trainflow.engine.distributed import Group
+from trainflow.engine.distributed import Group, RunningStats
 from trainflow.engine.ema import EMA
 from trainflow.engine.objective import Objective
 from trainflow.engine.optim import build_optimizer, plan_groups
@@ -214,7 +214,9 @@ class Trainer:
         self.peak_flops = peak_flops or flops.peak_flops(device, precision.dtype)
         self.store = CheckpointStore(checkpoint_dir, params.keep_last)
         self.model = model.to(device)  # what gets saved: never the compiled wrapper (FSDP: sharded in place)
-        self.wrapped = group.wrap(self.model, device)  # DDP around the model, or the model itself
+        self.wrapped = group.wrap(self.model, device, params.sync_batchnorm)  # DDP around the model, or the model
+        # Several ranks: BatchNorm's running statistics merged after each window into those one process holds.
+        self.running_stats = RunningStats(group, self.model, params.micro_batch, params.accumulate)
         self.forward: Callable[..., torch.Tensor] = torch.compile(self.wrapped) if params.compile else self.wrapped
         self.params = [q for q in self.model.parameters() if q.requires_grad]
         # The schedule writes `lr` (the scheduled rate); each parameter group learns at lr * its fixed scale
@@ -455,11 +457,13 @@ class Trainer:
         group = self.group
         while s.position < plan.epoch_samples:
             idx = order[s.position : min(s.position + plan.window, plan.epoch_samples)]
-            mine = [idx] if p.accumulate == 1 and not group.distributed else list(group.shard(idx).split(p.micro_batch))
+            shard = group.shard(idx, p.micro_batch * p.accumulate)  # this rank's samples (one process: all)
+            mine = [idx] if p.accumulate == 1 and not group.distributed else list(shard.split(p.micro_batch))
             if group.distributed:  # every rank runs `accumulate` micro-batches (some empty): collectives line up
                 mine += [idx[:0]] * (p.accumulate - len(mine))
             micro = [train.batch(i) for i in mine]
-            self.train_step(micro, train.count(idx))  # the loss terms of the whole window, every rank's
+            with self.running_stats.merged(len(idx)):
+                self.train_step(micro, train.count(idx))  # the loss terms of the whole window, every rank's
             s.updates += 1
             s.position += len(idx)
             s.samples += len(idx)
