@@ -17,7 +17,7 @@ def test_a_text_batch_is_padded_to_its_longest_sequence_with_pad_id() -> None:
     b = data.batch(torch.tensor([1, 0, 3]))
     assert b.inputs["tokens"].tolist() == [[8, 3, 3, 3], [5, 6, 7, 3], [11, 12, 13, 14]]
     assert b.inputs["mask"].tolist() == [[True, False, False, False], [True, True, True, False], [True] * 4]
-    assert b.target.tolist() == [1, 0, 1] and b.count == 3 and b.tokens == 8
+    assert b.target.tolist() == [1, 0, 1] and b.count == 3 and data.tokens(torch.tensor([1, 0, 3])) == 8
     assert TextData(seqs(), torch.tensor([0, 1, 0, 1])).batch(torch.tensor([1, 2])).inputs["tokens"].tolist() == [
         [8, 0],
         [9, 10],

@@ -126,8 +126,6 @@ def test_two_processes_equal_one_with_twice_the_accumulation(
     assert sorted(state) == sorted(want)
     assert_same_history(state.pop("history"), want.pop("history"))
     for k, v in want.items():
-        if k == "tokens":  # tokens/s's count: rank 0 counts its own micro-batches' tokens only (tables, images: 0)
-            continue
         assert state[k] == (pytest.approx(v, rel=1e-5) if isinstance(v, float) else v), k
     if kind.startswith("image"):  # BatchNorm counts one process's micro-batches: 3 x 4 + 3 (or 2) per epoch
         tracked = [v for k, v in mine.tensors["model"].items() if k.endswith("num_batches_tracked")]

@@ -25,13 +25,11 @@ class Batch:
 
     inputs: keyword arguments of the model's forward (`x` for tables; `tokens` and `mask` for text; `images`).
     count: the number of loss terms in it (samples, or real target tokens), known on the host without a device sync.
-    tokens: real input tokens (0 for tables), for tokens/s.
     """
 
     inputs: dict[str, torch.Tensor]
     target: torch.Tensor
     count: int
-    tokens: int = 0
 
     @property
     def size(self) -> int:
@@ -44,6 +42,7 @@ class Dataset(Protocol):
     def __len__(self) -> int: ...
     def batch(self, idx: torch.Tensor) -> Batch: ...
     def count(self, idx: torch.Tensor) -> int: ...  # loss terms of these samples, read on the host
+    def tokens(self, idx: torch.Tensor) -> int: ...  # real input tokens of these samples (0 without text), on the host
     def subset(self, idx: torch.Tensor) -> Dataset: ...
 
 
@@ -74,6 +73,9 @@ class TensorData:
 
     def count(self, idx: torch.Tensor) -> int:
         return len(idx)
+
+    def tokens(self, idx: torch.Tensor) -> int:
+        return 0
 
     def to(self, device: torch.device) -> None:
         self.device = self.index_device = device
@@ -153,7 +155,6 @@ class TextData:
     def batch(self, idx: torch.Tensor) -> Batch:
         idx = idx.cpu()
         tokens, mask = self._pad(self.flat, idx, self.pad_id)
-        n_tokens = int(self.lengths[idx].sum())
         if self.per_token:
             target, _ = self._pad(self.flat_targets, idx, IGNORE_INDEX)
             count = int(self.label_counts[idx].sum())
@@ -163,11 +164,13 @@ class TextData:
             {"tokens": _to(tokens, self.device), "mask": _to(mask, self.device)},
             _to(target, self.device),
             count=count,
-            tokens=n_tokens,
         )
 
     def count(self, idx: torch.Tensor) -> int:
         return int(self.label_counts[idx.cpu()].sum()) if self.per_token else len(idx)
+
+    def tokens(self, idx: torch.Tensor) -> int:
+        return int(self.lengths[idx.cpu()].sum())
 
     def to(self, device: torch.device) -> None:
         self.device = device  # where batches go; the sequences stay on the host for padding
@@ -287,6 +290,9 @@ class ImageData:
 
     def count(self, idx: torch.Tensor) -> int:
         return len(idx)
+
+    def tokens(self, idx: torch.Tensor) -> int:
+        return 0
 
     def to(self, device: torch.device) -> None:
         self.device = torch.device(device)

@@ -467,7 +467,7 @@ class Trainer:
             s.updates += 1
             s.position += len(idx)
             s.samples += len(idx)
-            s.tokens += sum(b.tokens for b in micro)
+            s.tokens += train.tokens(idx)  # the whole window's, every rank's, as samples
             if self.peak_flops and self.flops_per_batch is not None:
                 self._flops += sum(self.flops_per_batch(b) for b in micro)
             bar.update(1)
