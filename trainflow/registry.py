@@ -5,6 +5,11 @@ champion on the gate metric by more than `register.min_delta`, both scored on th
 metrics are taken from its tags when it was scored on a test split with the same hash, else the champion is re-scored
 on the current test split first. If it cannot be re-scored, it stays champion and the decision says why.
 
+A decision is made only on the registry's answers. "No champion" is the registry saying the alias does not exist;
+any other failure of a lookup (a timeout, a 503, a locked store) is a ServiceError that decides nothing and leaves the
+champion alias as it was, and so is an outage while re-scoring the champion. The register task retries it with
+backoff (tasks/retry.py) and a rerun completes the registration, since a run registers at most one version.
+
 The whole decision runs under an exclusive file lock (`registry_lock`), so two registrations at once never both
 see "no better champion" and both take the alias.
 """
@@ -20,7 +25,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from trainflow.io import failpoint
+from trainflow import tracking
+from trainflow.errors import ServiceError, UserError
+from trainflow.io import disk_full, failpoint, no_space
 from trainflow.params import RegisterParams
 
 MINIMIZE = {"log_loss", "ece", "rmse", "mae"}  # gate metrics where lower is better; every other one is higher-is-better
@@ -31,6 +38,11 @@ HISTORY_TAG = "champion_history"  # registered model tag: the champion versions,
 CHANGE_TAG = "champion_change"  # version tag: how and why it (last) became champion
 
 Rescore = Callable[[str], dict[str, float]]  # models:/name/version -> its metrics on the current test split
+RERUN_REGISTER = (
+    "Rerun `trainflow stage register` (or the flow) once it answers: the rerun completes this registration, and a run "
+    "never registers a second version"
+)
+RERUN_MODELS = "Rerun the `trainflow models` command once it answers"
 
 
 def beats(new: float, old: float | None, metric: str, min_delta: float) -> bool:
@@ -80,18 +92,49 @@ def registry_lock(tracking_uri: str) -> Iterator[Path]:
         yield path
 
 
-def current_champion(client: Any, name: str) -> Any | None:
-    """The model version holding the `champion` alias, or None (no alias yet, or no such model)."""
+def registry_failed(what: str, exc: BaseException, rerun: str) -> ServiceError:
+    """The error for a registry call that failed without an answer: it names the store and says nothing changed."""
+    import mlflow
+
+    return ServiceError(
+        f"{what} failed at the MLflow tracking store {mlflow.get_tracking_uri()} ({type(exc).__name__}: {exc}). That "
+        f"is no answer about what the registry holds, so nothing was decided and the champion alias is as it was. "
+        f"{rerun}."
+    )
+
+
+def lookup(call: Callable[[], Any], what: str, rerun: str = RERUN_REGISTER) -> Any | None:
+    """`call()`, a registry lookup, or None when the registry answers that the thing does not exist
+    (tracking.not_found). Any other failure is raised as a ServiceError (`registry_failed`), never taken for "absent":
+    a 503 or a timeout that outlasted MLflow's own HTTP retries (tracking.HTTP_DEFAULTS), a locked SQLite store, a
+    proxy's 404. The register task retries it with backoff (tasks/retry.py)."""
     from mlflow.exceptions import MlflowException
 
     try:
-        return client.get_model_version_by_alias(name, CHAMPION)
-    except MlflowException:
-        return None
+        return call()
+    except MlflowException as exc:
+        if tracking.not_found(exc):
+            return None
+        raise registry_failed(what, exc, rerun) from exc
+
+
+def current_champion(client: Any, name: str, rerun: str = RERUN_REGISTER) -> Any | None:
+    """The model version holding the `champion` alias, or None when the registry answers that there is none (no alias
+    yet, or no such model). A lookup that fails otherwise raises (`lookup`): it never makes a first champion."""
+    what = f"looking up the champion of {name!r}"
+    return lookup(lambda: client.get_model_version_by_alias(name, CHAMPION), what, rerun)
 
 
 def tagged_metrics(version: Any) -> dict[str, float]:
     return {k.removeprefix("metric."): float(v) for k, v in version.tags.items() if k.startswith("metric.")}
+
+
+def _chain(exc: BaseException | None) -> Iterator[BaseException]:
+    """`exc` and the exceptions it was raised from or while handling: predict.load turns MLflow's error into a
+    UserError `from None`, which hides the original from tracebacks but keeps it as __context__."""
+    while exc is not None:
+        yield exc
+        exc = exc.__cause__ or exc.__context__
 
 
 def champion_metrics(champion: Any, gate: str, test_hash: str, rescore: Rescore) -> tuple[dict[str, float], bool]:
@@ -177,7 +220,20 @@ def register(
             try:
                 previous, rescored = champion_metrics(current, gate, test_hash, rescore)
             except Exception as exc:  # noqa: BLE001 - a champion that cannot be scored stays, and the decision says why
-                client.get_registered_model(name)  # ... unless the registry itself is down: then that error, raised
+                # ... but only when the champion is what failed. An outage of the store its files come from, of the
+                # registry (asked once more: an outage unavailable() does not recognise) or a full disk says nothing
+                # about the champion: raised, so the rerun re-scores it instead of recording "stays" for good.
+                what = f"re-scoring champion version {current.version} of {name!r} on the new test split"
+                if any(tracking.unavailable(e) for e in _chain(exc)):
+                    raise registry_failed(what, exc, RERUN_REGISTER) from exc
+                if any(no_space(e) for e in _chain(exc)):
+                    raise disk_full(
+                        Path(tempfile.gettempdir()),  # where MLflow downloads the champion's files
+                        exc,
+                        "Nothing was decided; the champion alias is as it was.",
+                        "Free space there, then rerun `trainflow stage register`.",
+                    ) from exc
+                lookup(lambda: client.get_registered_model(name), what)  # raises if the registry does not answer
                 promoted = False
                 decision = (
                     f"champion stays version {current.version}: it could not be re-scored on the new test split "
@@ -265,21 +321,17 @@ def set_champion(client: Any, name: str, version: int, why: str) -> None:
 
 
 def _client_and_model(name: str) -> Any:
-    from mlflow.exceptions import MlflowException
+    """A client, once the registry has answered that model `name` exists (a UserError if it answers that it does not,
+    a ServiceError if it does not answer)."""
+    import mlflow
     from mlflow.tracking import MlflowClient
 
-    from trainflow.errors import UserError
-
     client = MlflowClient()
-    try:
-        client.get_registered_model(name)
-    except MlflowException:
-        import mlflow
-
+    if lookup(lambda: client.get_registered_model(name), f"looking up model {name!r}", RERUN_MODELS) is None:
         raise UserError(
             f"no registered model {name!r} in the tracking store {mlflow.get_tracking_uri()}; register one first "
             "(`trainflow run`), or name another with --name"
-        ) from None
+        )
     return client
 
 
@@ -308,17 +360,13 @@ def list_versions(name: str) -> list[dict[str, Any]]:
 def promote(name: str, version: int, reason: str) -> dict[str, Any]:
     """Make `version` the champion by hand, whatever the gate says; recorded with `reason`."""
     import mlflow
-    from mlflow.exceptions import MlflowException
-
-    from trainflow.errors import UserError
 
     client = _client_and_model(name)
-    try:
-        client.get_model_version(name, str(version))
-    except MlflowException:
-        raise UserError(f"{name} has no version {version}; `trainflow models list` shows them") from None
+    what = f"looking up version {version} of {name!r}"
+    if lookup(lambda: client.get_model_version(name, str(version)), what, RERUN_MODELS) is None:
+        raise UserError(f"{name} has no version {version}; `trainflow models list` shows them")
     with registry_lock(mlflow.get_tracking_uri()):
-        before = current_champion(client, name)
+        before = current_champion(client, name, RERUN_MODELS)
         set_champion(client, name, version, f"promoted by hand (trainflow models promote): {reason}")
     return {"model_name": name, "champion": version, "previous_champion": int(before.version) if before else None}
 
@@ -329,11 +377,9 @@ def rollback(name: str, reason: str) -> dict[str, Any]:
 
     import mlflow
 
-    from trainflow.errors import UserError
-
     client = _client_and_model(name)
     with registry_lock(mlflow.get_tracking_uri()):
-        current = current_champion(client, name)
+        current = current_champion(client, name, RERUN_MODELS)
         if current is None:
             raise UserError(f"{name} has no champion to roll back; `trainflow models promote VERSION` sets one")
         history = [v for v in champion_history(client, name) if v != int(current.version)]

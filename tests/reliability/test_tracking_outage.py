@@ -1,14 +1,19 @@
 """A real MLflow tracking server that goes down at the start, in the middle or at the end of training: train and
 evaluate complete and keep everything locally, with one warning; register then fails with a clear error (exit 1,
-outputs intact) and succeeds once the server is back, registering the model exactly once."""
+outputs intact) and succeeds once the server is back, registering the model exactly once. And a server that answers
+the champion lookup with 503: once is retried by MLflow's own HTTP retries, always is an error, never "no champion"."""
 
 from __future__ import annotations
 
+import http.server
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
+import urllib.error
+import urllib.request
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -155,3 +160,117 @@ def test_training_survives_a_tracking_outage_and_register_catches_up(
     assert (served["prediction"] == test["target"].astype(str)).mean() == pytest.approx(
         read_json(paths.metrics)["accuracy"]
     )
+
+
+class Flaky:
+    """An HTTP proxy to `upstream` that answers 503 (with MLflow's JSON) to the first `times` GET requests whose path
+    holds `path` (lookups: setting an alias is a POST to the same path), and passes every other request through."""
+
+    def __init__(self, upstream: str, path: str, times: int) -> None:
+        self.upstream, self.path, self.times, self.seen = upstream, path, times, 0
+        flaky = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                flaky.handle(self)
+
+            do_POST = do_PATCH = do_DELETE = do_GET
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def uri(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def handle(self, h: http.server.BaseHTTPRequestHandler) -> None:
+        body = h.rfile.read(int(h.headers.get("Content-Length") or 0)) or None
+        lookup = h.command == "GET" and self.path in h.path
+        self.seen += lookup
+        if lookup and self.seen <= self.times:
+            status, data = 503, b'{"error_code": "TEMPORARILY_UNAVAILABLE", "message": "busy, try again"}'
+        else:
+            headers = {"Content-Type": h.headers.get("Content-Type") or "application/json"}
+            request = urllib.request.Request(self.upstream + h.path, data=body, method=h.command, headers=headers)
+            try:
+                with urllib.request.urlopen(request, timeout=30) as answer:
+                    status, data = answer.status, answer.read()
+            except urllib.error.HTTPError as error:  # MLflow's 4xx answers, passed on as they are
+                status, data = error.code, error.read()
+        h.send_response(status)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(len(data)))
+        h.end_headers()
+        h.wfile.write(data)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_over_a_server_a_503_once_is_retried_and_only_not_found_means_no_champion(
+    tmp_path: Path, server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    from trainflow import registry, tracking
+    from trainflow.errors import ServiceError
+    from trainflow.params import RegisterParams
+
+    server.start()
+    proxy = Flaky(server.uri, "/registered-models/alias", times=0)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", proxy.uri)
+    for key, value in tracking.HTTP_DEFAULTS.items():
+        monkeypatch.setenv(key, value)  # trainflow's own HTTP retries: 2, with backoff
+    tracking.configure(tmp_path)
+    client = MlflowClient()
+    experiment = tracking.ensure_experiment("trainflow", tmp_path)
+
+    def model_run() -> str:
+        run_id = str(client.create_run(experiment).info.run_id)
+        (tmp_path / run_id).mkdir()
+        (tmp_path / run_id / "MLmodel").write_text("flavors: {}\n")
+        client.log_artifacts(run_id, str(tmp_path / run_id), "model")
+        return run_id
+
+    def no_rescore(uri: str) -> dict[str, float]:
+        raise AssertionError(f"{uri} re-scored, but the test split is the same")
+
+    def register(accuracy: float, run_id: str) -> dict[str, Any]:
+        uri, params, metrics = f"runs:/{run_id}/model", RegisterParams(model_name="m"), {"accuracy": accuracy}
+        return registry.register(uri, run_id, params, metrics, {}, test_hash="h", rescore=no_rescore)
+
+    # The champion lookup is answered 503 once: MLflow's HTTP retry asks again, and the answer decides.
+    proxy.times = proxy.seen + 1
+    assert register(0.99, model_run())["decision"] == "version 1 is the first champion of m"
+    assert proxy.seen == proxy.times + 1  # the 503 and the retry
+    proxy.times = proxy.seen + 1
+    second = register(0.50, model_run())
+    assert second["champion"] is False and second["previous_value"] == 0.99, second["decision"]
+    assert proxy.seen == proxy.times + 1
+    # 503 on every try: an error naming the server and no decision; the rerun decides once the server answers.
+    proxy.times = proxy.seen + 99
+    third = model_run()
+    with pytest.raises(
+        ServiceError, match=f"looking up the champion of 'm' failed at the MLflow tracking store {proxy.uri}"
+    ):
+        register(0.10, third)
+    assert client.get_registered_model("m").aliases == {"champion": "1", "challenger": "3"}
+    assert registry.DECISION_TAG not in client.get_model_version("m", "3").tags
+    proxy.times = proxy.seen
+    assert register(0.10, third)["champion_version"] == 1
+    # What the server answers for what is not there: "not found", the one answer that means "no champion".
+    for missing in (
+        lambda: client.get_model_version_by_alias("m", "nobody"),
+        lambda: client.get_model_version_by_alias("nothing", "champion"),
+        lambda: client.get_registered_model("nothing"),
+        lambda: client.get_model_version("m", "7"),
+    ):
+        with pytest.raises(MlflowException) as absent:
+            missing()
+        assert tracking.not_found(absent.value), absent.value
+    proxy.close()

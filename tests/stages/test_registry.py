@@ -1,19 +1,31 @@
 """Registry decisions: the challenger alias, the gate on the same test data (re-scoring the champion when the test
-split changed), keeping the champion when it cannot be re-scored, and one champion under concurrent registrations."""
+split changed, and deciding on the re-scored number), keeping the champion when it cannot be re-scored, one champion
+under concurrent registrations, and no decision at all on a lookup or a re-score that failed for want of an answer."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import re
 import shutil
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
 from conftest import blobs, retrain
+from mlflow.exceptions import MlflowException, RestException
+from mlflow.protos.databricks_pb2 import (
+    ENDPOINT_NOT_FOUND,
+    INVALID_PARAMETER_VALUE,
+    RESOURCE_DOES_NOT_EXIST,
+    TEMPORARILY_UNAVAILABLE,
+)
 
 from trainflow import registry
+from trainflow.errors import DiskFullError, ServiceError
 from trainflow.io import read_json, write_json
 from trainflow.params import RegisterParams, load_params
 from trainflow.paths import Paths
@@ -80,9 +92,10 @@ def test_a_changed_test_split_rescores_the_champion_first(csv_project: Path) -> 
     # The champion was scored exactly as evaluate scores, on the new test split.
     test = pd.read_parquet(paths.split_file("test"))
     expected, _ = score(ExportedModel.load(old_model), test, "test", 1024)
-    assert reg["previous_metrics"] == expected
+    assert reg["previous_metrics"] == expected and reg["previous_value"] == expected["accuracy"]
     assert reg["previous_metrics"]["n_test"] == len(test) > old_n_test
     assert "re-scored on the new test split" in reg["decision"]
+    assert reg["champion"] is (reg["value"] > expected["accuracy"])  # and the gate decided on it
 
 
 def test_a_champion_that_cannot_be_rescored_stays(csv_project: Path) -> None:
@@ -188,3 +201,305 @@ def test_without_the_lock_the_race_is_lost(csv_project: Path, monkeypatch: pytes
 def test_the_lock_lives_beside_the_store(uri: str, expected: str) -> None:
     assert str(registry.lock_path(uri)) == expected
     assert registry.lock_path("http://mlflow:5000").name.startswith("trainflow-registry-")
+
+
+# --- the gate after a re-score follows the re-scored number --------------------------------------------------------
+
+
+def _relabel(test: pd.DataFrame, every: int) -> pd.DataFrame:
+    """The test split with every `every`-th row's label moved to the next class: a harder test split (another hash),
+    on which any model that was right before is now wrong on those rows."""
+    classes = sorted(test["label"].unique())
+    out = test.copy()
+    rows = out.index[::every]
+    out.loc[rows, "label"] = [classes[(classes.index(c) + 1) % len(classes)] for c in out.loc[rows, "label"]]
+    return out
+
+
+@pytest.mark.parametrize(
+    ("champion_tag", "margin", "promoted"),
+    [
+        (1.0, +0.05, True),  # its tag (old split) would keep it; re-scored on the new split it loses
+        (0.1, -0.05, False),  # its tag would lose; re-scored on the new split it wins
+    ],
+)
+def test_the_gate_after_a_rescore_follows_the_rescored_metric(
+    csv_project: Path, champion_tag: float, margin: float, promoted: bool
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    run_all(csv_project)
+    paths = Paths(csv_project)
+    old_model = csv_project.parent / "v1_model"
+    shutil.copytree(paths.final, old_model)
+    # The champion's tagged accuracy, as if measured on an older split; the gate must not look at it.
+    MlflowClient().set_model_version_tag("blobs", "1", "metric.accuracy", repr(champion_tag))
+    test = _relabel(pd.read_parquet(paths.split_file("test")), every=4)
+    test.to_parquet(paths.split_file("test"), index=False)
+    # The champion on the new split, scored independently of register (as evaluate scores).
+    rescored, _ = score(ExportedModel.load(old_model), test, "test", 1024)
+    metrics = read_json(paths.metrics)
+    retrain(csv_project, seed=1)
+    challenger = rescored["accuracy"] + margin
+    assert (challenger > champion_tag) is not promoted  # the tag alone would decide the other way
+    write_json(paths.metrics, {**metrics, "accuracy": challenger})
+    run_all(csv_project, ("register",))
+
+    reg = read_json(paths.registration)
+    assert reg["rescored"] is True and reg["previous_champion"] == 1
+    assert reg["previous_value"] == rescored["accuracy"] and reg["previous_metrics"] == rescored
+    assert reg["champion"] is promoted, reg["decision"]
+    assert aliases("blobs") == {"champion": "2" if promoted else "1", "challenger": "2"}
+    assert f"{rescored['accuracy']:.6g} (re-scored on the new test split)" in reg["decision"]
+
+
+# --- lookups that fail: only the registry saying "not found" means there is no champion ----------------------------
+#
+# A real SQLite registry (conftest's per-test URI) with champion version 1 of `m` at accuracy 0.99 on test split "h",
+# made with the plain MLflow client. The failures are the ones MLflow 3.17 raises, measured: SqlAlchemyStore's locked
+# database, a tracking server's 503 on every HTTP retry, a proxy's 404 page, a 503 in MLflow's JSON.
+
+SERVICE_FAILURES = {
+    "sqlite locked": lambda: MlflowException(
+        "(sqlite3.OperationalError) database is locked", error_code=TEMPORARILY_UNAVAILABLE
+    ),
+    "503 on every retry": lambda: MlflowException(
+        "API request to http://mlflow:5000/api/2.0/mlflow/registered-models/alias failed with exception "
+        "HTTPConnectionPool(host='mlflow', port=5000): Max retries exceeded with url: /api/2.0/mlflow/registered-"
+        "models/alias?name=m&alias=champion (Caused by ResponseError('too many 503 error responses'))"
+    ),
+    "a proxy's 404": lambda: MlflowException(
+        "API request to endpoint /api/2.0/mlflow/registered-models/alias failed with error code 404 != 200. Response "
+        "body: '<html>Not Found</html>'",
+        error_code=ENDPOINT_NOT_FOUND,
+    ),
+    "503 json": lambda: RestException({"error_code": "TEMPORARILY_UNAVAILABLE", "message": "try again later"}),
+}
+
+
+def _model_run(client: Any, experiment: str, where: Path) -> str:
+    """A run holding a stand-in model (a directory with an MLmodel file: what register_model looks for)."""
+    run_id = str(client.create_run(experiment).info.run_id)
+    model = where / run_id / "model"
+    model.mkdir(parents=True)
+    (model / "MLmodel").write_text("flavors: {}\n")
+    client.log_artifacts(run_id, str(model), "model")
+    return run_id
+
+
+class Registry:
+    """The test's registry: this test's SQLite store (set first: mlflow keeps the last test's URI otherwise)."""
+
+    def __init__(self, root: Path) -> None:
+        from mlflow.tracking import MlflowClient
+
+        from trainflow import tracking
+
+        self.uri = tracking.configure(root)
+        self.root = root
+        self.client = MlflowClient()
+        self.experiment = tracking.ensure_experiment("trainflow", root)
+
+    def with_champion(self, accuracy: float = 0.99, test_hash: str = "h") -> Registry:
+        run_id = _model_run(self.client, self.experiment, self.root / "models")
+        source = f"{self.client.get_run(run_id).info.artifact_uri}/model"
+        tags = {"metric.accuracy": repr(accuracy), registry.TEST_HASH_TAG: test_hash}
+        version = self.client.create_model_version("m", source, run_id=run_id, tags=tags).version
+        self.client.set_registered_model_alias("m", registry.CHAMPION, version)
+        return self
+
+    def register(self, accuracy: float, run_id: str | None = None, **kwargs: Any) -> tuple[str, dict[str, Any]]:
+        """Register a new run's model (or `run_id`'s again: a retry) at `accuracy`; the run id and registration."""
+        run_id = run_id or _model_run(self.client, self.experiment, self.root / "models")
+        kwargs = {"test_hash": "h", "rescore": unexpected_rescore, **kwargs}
+        params = RegisterParams(model_name="m")
+        return run_id, registry.register(f"runs:/{run_id}/model", run_id, params, {"accuracy": accuracy}, {}, **kwargs)
+
+    def decided(self, version: str) -> bool:
+        return registry.DECISION_TAG in self.client.get_model_version("m", version).tags
+
+
+def unexpected_rescore(uri: str) -> dict[str, float]:
+    raise AssertionError(f"{uri} re-scored, but the test split is the same")
+
+
+@pytest.fixture
+def reg(tmp_path: Path) -> Registry:
+    registry_ = Registry(tmp_path)
+    registry_.client.create_registered_model("m")
+    return registry_.with_champion()
+
+
+def failing(monkeypatch: pytest.MonkeyPatch, method: str, exc: Callable[[], Exception], times: int) -> list[int]:
+    """MlflowClient.`method` raises exc() on its first `times` calls, then answers; returns the list of calls."""
+    from mlflow.tracking import MlflowClient
+
+    real = getattr(MlflowClient, method)
+    calls: list[int] = []
+
+    def flaky(self: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) <= times:
+            raise exc()
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(MlflowClient, method, flaky)
+    return calls
+
+
+@pytest.mark.parametrize("failure", SERVICE_FAILURES)
+def test_a_champion_lookup_that_fails_once_decides_nothing_and_the_retry_decides(
+    reg: Registry, monkeypatch: pytest.MonkeyPatch, failure: str
+) -> None:
+    calls = failing(monkeypatch, "get_model_version_by_alias", SERVICE_FAILURES[failure], times=1)
+    with pytest.raises(ServiceError) as failed:
+        reg.register(0.50)
+    assert f"looking up the champion of 'm' failed at the MLflow tracking store {reg.uri}" in str(failed.value)
+    assert "nothing was decided" in str(failed.value) and "Rerun `trainflow stage register`" in str(failed.value)
+    assert aliases("m") == {"champion": "1", "challenger": "2"} and not reg.decided("2")
+    # The register task's retry (tasks/retry.py retries a ServiceError) runs it again: the registry answers now.
+    from prefect.states import Failed
+
+    from tasks.retry import retry_unless_user_error
+
+    assert retry_unless_user_error(None, None, Failed(data=failed.value))
+    run_id = reg.client.get_model_version("m", "2").run_id
+    _, result = reg.register(0.50, run_id)
+    assert len(calls) == 2
+    assert result["version"] == 2 and result["champion"] is False and result["champion_version"] == 1
+    assert result["previous_value"] == 0.99 and "does not beat champion version 1's 0.99" in result["decision"]
+    assert aliases("m") == {"champion": "1", "challenger": "2"}
+    assert sorted(int(v.version) for v in reg.client.search_model_versions("name='m'")) == [1, 2]
+
+
+def test_a_champion_lookup_that_keeps_failing_never_decides(reg: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = failing(monkeypatch, "get_model_version_by_alias", SERVICE_FAILURES["503 on every retry"], times=99)
+    run_id = None
+    for _ in range(4):  # the first try and the register task's 3 retries
+        with pytest.raises(ServiceError, match=f"MLflow tracking store {re.escape(reg.uri)}"):
+            reg.register(0.50, run_id)
+        run_id = reg.client.get_model_version("m", "2").run_id  # the retries register the same run
+    assert len(calls) == 4
+    assert aliases("m") == {"champion": "1", "challenger": "2"} and not reg.decided("2")
+    assert len(reg.client.search_model_versions("name='m'")) == 2  # the retries registered nothing more
+
+
+def test_no_champion_alias_or_no_model_makes_the_first_champion(tmp_path: Path) -> None:
+    reg = Registry(tmp_path)
+    reg.client.create_registered_model("m")  # a model without a champion (its versions were deleted, say)
+    _, first = reg.register(0.50)
+    assert first["champion"] is True and first["decision"] == "version 1 is the first champion of m"
+    assert aliases("m") == {"champion": "1", "challenger": "1"}
+    reg.client.delete_registered_model("m")  # no model at all
+    _, again = reg.register(0.50)
+    assert again["champion"] is True and again["version"] == 1
+
+
+def test_not_found_is_what_the_store_answers_for_a_missing_alias_model_or_version(reg: Registry) -> None:
+    from trainflow import tracking
+
+    def raised(call: Callable[[], Any]) -> BaseException:
+        with pytest.raises(MlflowException) as info:
+            call()
+        return info.value
+
+    missing = [
+        lambda: reg.client.get_model_version_by_alias("m", "nobody"),
+        lambda: reg.client.get_model_version_by_alias("nothing", registry.CHAMPION),
+        lambda: reg.client.get_registered_model("nothing"),
+        lambda: reg.client.get_model_version("m", "7"),
+        lambda: reg.client.get_model_version("nothing", "1"),
+    ]
+    for call in missing:
+        assert tracking.not_found(raised(call)) and not tracking.unavailable(raised(call)), raised(call)
+    for name, failure in SERVICE_FAILURES.items():
+        assert not tracking.not_found(failure()), name
+        # Which failures register's own error calls "did not answer" (a proxy's 404 is a ServiceError all the same).
+        assert tracking.unavailable(failure()) is (name != "a proxy's 404"), name
+    assert not tracking.not_found(MlflowException("Parameter 'name' must be a string", INVALID_PARAMETER_VALUE))
+
+
+@pytest.mark.parametrize(
+    ("method", "action"),
+    [
+        ("get_registered_model", lambda: registry.list_versions("m")),  # was "no registered model 'm'"
+        ("get_registered_model", lambda: registry.rollback("m", "why")),
+        ("get_model_version", lambda: registry.promote("m", 1, "why")),  # was "m has no version 1"
+        ("get_model_version_by_alias", lambda: registry.promote("m", 1, "why")),  # was "previous_champion": None
+        ("get_model_version_by_alias", lambda: registry.rollback("m", "why")),  # was "m has no champion"
+    ],
+)
+def test_the_models_commands_report_a_failed_lookup_as_such(
+    reg: Registry, monkeypatch: pytest.MonkeyPatch, method: str, action: Callable[[], Any]
+) -> None:
+    failing(monkeypatch, method, SERVICE_FAILURES["sqlite locked"], times=1)
+    with pytest.raises(ServiceError, match="Rerun the `trainflow models` command once it answers"):
+        action()
+    assert aliases("m") == {"champion": "1"}
+    assert registry.CHANGE_TAG not in reg.client.get_model_version("m", "1").tags
+
+
+def test_a_rerun_after_the_decision_reports_a_failed_lookup_as_such(
+    reg: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_id, first = reg.register(0.50)
+    assert first["champion"] is False
+    failing(monkeypatch, "get_model_version_by_alias", SERVICE_FAILURES["sqlite locked"], times=1)
+    with pytest.raises(ServiceError):  # was a registration.json saying there is no champion
+        reg.register(0.50, run_id)
+    assert reg.register(0.50, run_id)[1]["champion_version"] == 1
+
+
+def _load_fails(monkeypatch: pytest.MonkeyPatch, exc: Callable[[], Exception]) -> registry.Rescore:
+    """A rescore that loads the champion as register's does (predict.load), while loading it raises exc()."""
+    import mlflow.pyfunc
+
+    from trainflow import predict
+
+    def load_model(uri: str) -> Any:
+        raise exc()
+
+    def rescore(uri: str) -> dict[str, float]:
+        predict.load(uri)
+        raise AssertionError("loading the champion was to fail")
+
+    monkeypatch.setattr(mlflow.pyfunc, "load_model", load_model)
+    return rescore
+
+
+@pytest.mark.parametrize(
+    ("failure", "error"),
+    [
+        (SERVICE_FAILURES["503 on every retry"], ServiceError),
+        (lambda: OSError(errno.ENOSPC, "No space left on device"), DiskFullError),
+    ],
+)
+def test_an_outage_while_rescoring_the_champion_decides_nothing(
+    reg: Registry, monkeypatch: pytest.MonkeyPatch, failure: Callable[[], Exception], error: type[Exception]
+) -> None:
+    with pytest.raises(error, match="Nothing was decided|nothing was decided"):  # was "champion stays version 1"
+        reg.register(0.999, test_hash="another split", rescore=_load_fails(monkeypatch, failure))
+    assert aliases("m") == {"champion": "1", "challenger": "2"} and not reg.decided("2")
+
+
+def test_a_champion_whose_files_are_gone_still_stays(reg: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    def gone() -> Exception:  # what MLflow's local artifact store raises once the files are deleted
+        return MlflowException("No such artifact: ''", error_code=RESOURCE_DOES_NOT_EXIST)
+
+    _, result = reg.register(0.999, test_hash="another split", rescore=_load_fails(monkeypatch, gone))
+    assert result["champion"] is False and "could not be re-scored" in result["decision"]
+    assert aliases("m") == {"champion": "1", "challenger": "2"} and reg.decided("2")
+
+
+def test_a_rescore_failure_while_the_registry_is_down_decides_nothing(
+    reg: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def rescore(uri: str) -> dict[str, float]:
+        # The champion's files fail in a way unavailable() does not know, and the registry does not answer either.
+        failing(monkeypatch, "get_registered_model", SERVICE_FAILURES["sqlite locked"], times=99)
+        raise RuntimeError("could not connect to the artifact store's endpoint")
+
+    with pytest.raises(ServiceError, match="re-scoring champion version 1 of 'm' on the new test split failed"):
+        reg.register(0.999, test_hash="another split", rescore=rescore)
+    monkeypatch.undo()  # the registry answers again
+    assert aliases("m") == {"champion": "1", "challenger": "2"} and not reg.decided("2")

@@ -86,7 +86,7 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
             test_hash=sha256_files([test_file]),
             rescore=rescorer(params, paths),
         )
-    except UserError:
+    except (UserError, ServiceError):  # a ServiceError from the registry names what failed already
         raise
     except Exception as exc:
         if not tracking.unavailable(exc):
