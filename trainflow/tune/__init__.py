@@ -129,7 +129,7 @@ def work(params: PipelineParams, root: Path, budget: int, data: str, code: str, 
     from trainflow.tune import trial
     from trainflow.tune.study import claim, open_study
 
-    s = open_study(params, root, budget, data, code)
+    s = open_study(params, root, budget, data, code, on_create=parent_run(params, root))  # it may finish a set-up
     ran = 0
     while max_trials is None or ran < max_trials:
         c = claim(s)
@@ -182,23 +182,39 @@ def _work_locally(s: Any, workers: int) -> list[str]:
     return failed
 
 
-def start_parent(params: PipelineParams, root: Path) -> str | None:
-    """Start the study's MLflow run (each trial's run is its child); its id, or None when MLflow did not answer."""
+def start_parent(params: PipelineParams, root: Path, key: str) -> str | None:
+    """Start the study's MLflow run (each trial's run is its child) under `key` (trainflow.tune.runs); its id, or None
+    when MLflow did not answer."""
     from trainflow import tracking
+    from trainflow.tune.runs import KEY_TAG
 
     run = tracking.TrainingRun(root, params.tracking.experiment, root / "models" / "tune" / "parent_local.json")
-    tags = {"trainflow.tune.study": params.tune.study, "trainflow.tune.role": "study"}
+    tags = {"trainflow.tune.study": params.tune.study, "trainflow.tune.role": "study", KEY_TAG: key}
     run.start({"tune": params.tune.model_dump(mode="json")}, tags=tags, run_name=f"tune-{params.tune.study}")
     return run.run_id
 
 
 def parent_run(params: PipelineParams, root: Path) -> Any:
-    """The study's MLflow run, made by the process that creates the study."""
+    """The study's MLflow run, made by the process that sets the study up, once: its key goes into the study before
+    the run starts, so a process that finishes the set-up of one killed meanwhile finds the run instead of making a
+    second."""
 
     def create(study: Any) -> None:
-        from trainflow.tune.study import PARENT_RUN
+        from trainflow.io import failpoint
+        from trainflow.tune import runs
+        from trainflow.tune.study import PARENT_KEY, PARENT_RUN
 
-        if run_id := start_parent(params, root):
+        if study.user_attrs.get(PARENT_RUN):
+            return
+        key = study.user_attrs.get(PARENT_KEY)
+        run_id = runs.find(root, params.tracking.experiment, key) if key else None
+        if run_id is None:
+            if key is None:
+                key = runs.new_key()
+                study.set_user_attr(PARENT_KEY, key)
+            run_id = start_parent(params, root, key)
+            failpoint("tune-parent")  # the run is started, the study does not know its id yet
+        if run_id:
             study.set_user_attr(PARENT_RUN, run_id)
 
     return create

@@ -23,7 +23,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainflow.errors import UserError
+from trainflow.errors import DiskFullError, UserError
 from trainflow.params import PipelineParams, with_values
 from trainflow.paths import Paths
 from trainflow.tune import space
@@ -68,13 +68,12 @@ def trial(config: dict[str, Any], spec: dict[str, Any]) -> None:
     import optuna
     from ray import tune
 
-    from trainflow import lineage, tracking
+    from trainflow import tracking
     from trainflow.engine import distributed
     from trainflow.engine.precision import resolve_device
-    from trainflow.io import read_json, write_json
     from trainflow.stages import importable
     from trainflow.stages.train import setup
-    from trainflow.tune.trial import value_at_best
+    from trainflow.tune.trial import one_line, value_at_best
 
     root = Path(spec["root"])
     importable(root)
@@ -85,34 +84,28 @@ def trial(config: dict[str, Any], spec: dict[str, Any]) -> None:
     try:
         params = with_values(base, {**values, "train.progress": False}, f"tune.space (trial {trial_id})")
     except UserError as exc:  # values that do not go together (e.g. n_heads not dividing d_model): a failed trial
-        tune.report({ENDED: 1, FAILED: str(exc).splitlines()[0]})
+        tune.report({ENDED: 1, FAILED: one_line(exc)})
         return
     directory = root / "models" / "tune" / base.tune.study / "ray" / trial_id
     directory.mkdir(parents=True, exist_ok=True)
-    run = tracking.TrainingRun(root, params.tracking.experiment, directory / "metrics_local.json")
-    record = directory / "run.json"
-    if record.is_file() and (run_id := read_json(record).get("run_id")):
-        run.attach(run_id)  # a restored trial carries on its run
-    else:
-        commit, dirty = lineage.git_commit(root)
-        tags = {"trainflow.tune.study": base.tune.study, "trainflow.tune.trial": trial_id,
-                "trainflow.tune.backend": "ray", "trainflow.data_sha256": spec["data_hash"], "git_commit": commit,
-                "git_dirty": str(dirty).lower()}  # fmt: skip
-        if spec.get("parent"):
-            tags["mlflow.parentRunId"] = spec["parent"]
-        run.start(params.model_dump(), tags=tags, run_name=f"{base.tune.study}-{trial_id}")
-        write_json(record, {"run_id": run.run_id})
+    run = _child_run(root, base, params, trial_id, spec, directory / "run.json")
     metric = spec["metric"]
     logger = Reporter(metric, tracking.loggers(run, None))
     device = resolve_device(params.train.device)
-    built = setup(params, Paths(root), device, distributed.Group(), directory / "checkpoints", logger)
     try:
+        # setup in the try: values the model or the memory cannot take (layer_decay for a model without layers,
+        # batch_size auto with no batch that fits) fail this trial, not the study
+        built = setup(params, Paths(root), device, distributed.Group(), directory / "checkpoints", logger)
         end = built.trainer.fit(built.train, built.val)  # resumes from the trial's own checkpoint, if it has one
     except UserError as exc:  # e.g. a learning rate so high the loss diverged: the trial failed, the study goes on
         logger.close()
-        run.set_tags({"trainflow.tune.state": "failed"})
+        if isinstance(exc, DiskFullError):  # the machine's fault, not the values': Ray resumes it on a rerun
+            run.finish("FAILED")
+            raise
+        why = one_line(exc)
+        run.set_tags({"trainflow.tune.state": "failed", "trainflow.tune.error": why[:5000]})
         run.finish("FAILED")
-        tune.report({ENDED: 1, FAILED: str(exc).splitlines()[0]})
+        tune.report({ENDED: 1, FAILED: why})
         return
     except BaseException:
         logger.close()
@@ -127,6 +120,38 @@ def trial(config: dict[str, Any], spec: dict[str, Any]) -> None:
     run.finish("FINISHED" if math.isfinite(value) else "FAILED")
     last = {metric: value, "update": end.updates, ENDED: 1, "resumed_from_update": -1 if resumed is None else resumed}
     tune.report(last)
+
+
+def _child_run(
+    root: Path, base: PipelineParams, params: PipelineParams, trial_id: str, spec: dict[str, Any], record: Path
+) -> Any:
+    """The trial's MLflow run: started once under a key that run.json holds first (trainflow.tune.runs), so that a
+    process killed before it records the run's id leaves a run the restored trial finds; carried on after a restore."""
+    from trainflow import lineage, tracking
+    from trainflow.io import failpoint, read_json, write_json
+    from trainflow.tune import runs
+
+    run = tracking.TrainingRun(root, params.tracking.experiment, record.parent / "metrics_local.json")
+    known = read_json(record) if record.is_file() else {}
+    run_id, key = known.get("run_id"), known.get("key")
+    if run_id is None and key is not None and (run_id := runs.find(root, params.tracking.experiment, key)):
+        write_json(record, {"key": key, "run_id": run_id})
+    if run_id:
+        run.attach(run_id)  # a restored trial carries on its run
+        return run
+    if key is None:
+        key = runs.new_key()
+        write_json(record, {"key": key, "run_id": None})
+    commit, dirty = lineage.git_commit(root)
+    tags = {"trainflow.tune.study": base.tune.study, "trainflow.tune.trial": trial_id,
+            "trainflow.tune.backend": "ray", "trainflow.data_sha256": spec["data_hash"], "git_commit": commit,
+            "git_dirty": str(dirty).lower(), runs.KEY_TAG: key}  # fmt: skip
+    if spec.get("parent"):
+        tags["mlflow.parentRunId"] = spec["parent"]
+    run.start(params.model_dump(), tags=tags, run_name=f"{base.tune.study}-{trial_id}")
+    failpoint("tune-run-start")  # the run is started, run.json does not hold its id yet
+    write_json(record, {"key": key, "run_id": run.run_id})
+    return run
 
 
 def run(params: PipelineParams, paths: Paths, budget: int, workers: int) -> tuple[Any, int]:
@@ -213,25 +238,34 @@ def _sampler(t: Any, seed: int) -> Any:
 def _parent(params: PipelineParams, paths: Paths, experiment: Path) -> str | None:
     """The study's MLflow run: made once, its id kept beside the Ray experiment (with what its trials share: params,
     data, code) so that a restore reuses it, and refuses to mix trials of other params into the study."""
-    from trainflow.io import read_json, write_json
-    from trainflow.tune import hashes, start_parent
+    from trainflow.io import failpoint, read_json, write_json
+    from trainflow.tune import hashes, runs, start_parent
     from trainflow.tune.study import identity
 
     shared = identity(params, *hashes(params, paths))
     record = experiment.parent / f"{params.tune.study}.parent.json"
-    if record.is_file():
-        known = read_json(record)
-        changed = [k for k, v in shared.items() if known.get("identity", {}).get(k) != v]
-        if changed:
-            raise UserError(
-                f"tune: study {params.tune.study!r} (ray, {experiment}) was run with other {' and '.join(changed)}; "
-                "its trials would not be comparable. Give this sweep a new name (-S tune.study=<new name>), or "
-                f"delete {experiment} and {record} to start that study again"
-            )
-        return known.get("run_id")
-    run_id = start_parent(params, paths.root)
-    record.parent.mkdir(parents=True, exist_ok=True)
-    write_json(record, {"run_id": run_id, "identity": shared})
+    known = read_json(record) if record.is_file() else {}
+    changed = [k for k, v in shared.items() if known and known.get("identity", {}).get(k) != v]
+    if changed:
+        raise UserError(
+            f"tune: study {params.tune.study!r} (ray, {experiment}) was run with other {' and '.join(changed)}; "
+            "its trials would not be comparable. Give this sweep a new name (-S tune.study=<new name>), or "
+            f"delete {experiment} and {record} to start that study again"
+        )
+    run_id, key = known.get("run_id"), known.get("key")
+    # A key and no id: the process that started the run was killed before it recorded the id (or MLflow did not
+    # answer then): the run under that key, if MLflow has one, else a new one under the same key.
+    if run_id is None and key is not None and (run_id := runs.find(paths.root, params.tracking.experiment, key)):
+        write_json(record, {**known, "run_id": run_id})
+    if run_id:
+        return str(run_id)
+    if key is None:
+        key = runs.new_key()
+        record.parent.mkdir(parents=True, exist_ok=True)
+        write_json(record, {"key": key, "run_id": None, "identity": shared})  # the key before the run
+    run_id = start_parent(params, paths.root, key)
+    failpoint("tune-parent")  # the run is started, the record does not hold its id yet
+    write_json(record, {"key": key, "run_id": run_id, "identity": shared})
     return run_id
 
 

@@ -1,5 +1,6 @@
-"""A study's results in reports/tune/: trials.csv (every trial), best_params.yaml, the optimisation history and the
-parameter importances as DVC plot data (CSV) and PNGs; and `--apply`: the best params into params.yaml."""
+"""A study's results in reports/tune/: trials.csv (every trial; a failed one with its error), best_params.yaml, the
+optimisation history and the parameter importances as DVC plot data (CSV) and PNGs; and `--apply`: the best params
+into params.yaml."""
 
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ def trials_frame(s: Study) -> pd.DataFrame:
                 "resumed_from_update": t.user_attrs.get("resumed_from_update"),
                 "seconds": seconds,
                 "mlflow_run_id": t.user_attrs.get("mlflow_run_id"),
+                "error": t.user_attrs.get("error"),  # why a failed trial failed
             }
         )
     frame = pd.DataFrame(rows)

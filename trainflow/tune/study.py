@@ -7,6 +7,10 @@ as a new trial; `n_trials` counts per process; a restarted sampler suggests othe
   the process that creates the study (and topped up when a rerun raises the budget). A worker never creates a trial;
   it claims a WAITING one with the storage's atomic WAITING -> RUNNING transition (the same one Optuna uses for its
   queue). So the budget holds across restarts, workers and machines, and no number is run twice.
+- **Set-up.** Creating a study takes several writes (the study, its identity, its MLflow run, its slots), each done
+  only if it was not done before. The process doing them holds a lock file in models/tune/<study>/ and leaves a marker
+  there until the slots are ready: an opener that finds a study not set up, begun by a process of this machine that no
+  longer holds the lock, knows that process died and finishes the set-up itself (`open_study`).
 - **Claims.** A worker holds a lock file in the trial's directory for as long as it runs the trial, and takes the
   lock *before* the storage transition. A RUNNING trial whose lock is free and whose directory says it was claimed
   here belongs to a dead worker: the next worker takes it over and resumes it from its own last checkpoint.
@@ -23,13 +27,14 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainflow import processes
 from trainflow.errors import ParamsError, UserError
-from trainflow.io import write_json
+from trainflow.io import failpoint, write_json
 from trainflow.params import MINIMIZED, PipelineParams, TuneParams
 from trainflow.tune import space as space_
 
@@ -39,8 +44,10 @@ if TYPE_CHECKING:
 
 DEFAULT_JOURNAL = "models/tune/journal.log"
 SLOTS_READY = "trainflow.slots_ready"  # study user attr: the creator has made the first `trials` slots
+CREATOR = "trainflow.creator"  # study user attr: the process setting the study up (trainflow.processes.process_tag)
 IDENTITY = "trainflow.identity"  # study user attr: what every trial of the study shares (params, data, code)
 PARENT_RUN = "trainflow.mlflow_parent_run_id"
+PARENT_KEY = "trainflow.mlflow_parent_run_key"  # recorded before the parent run starts (trainflow.tune.runs)
 
 
 def objective(params: PipelineParams) -> tuple[str, bool]:
@@ -179,9 +186,17 @@ def open_study(
     data_hash: str,
     code_hash: str,
     on_create: Callable[[optuna.Study], None] | None = None,
+    wait_s: float = 120.0,
 ) -> Study:
     """Create the study with its `budget` slots (trial 0 = the current params, when they lie in the space) or load it;
-    a loaded study must have been started with the same params, data and code."""
+    a loaded study must have been started with the same params, data and code.
+
+    Setting a study up takes several writes (the study, its identity, its MLflow run, its slots). The openers of one
+    machine take turns under a lock file while they create or load it, and the one that sets it up leaves a marker
+    beside the lock until it is done. So an opener that holds the lock and finds a study not set up knows whether the
+    process that began it was of this machine (the marker, or the study's CREATOR), and then that it died (it would
+    hold the lock): it finishes the set-up itself, at once. A study begun on another machine is waited for, up to
+    `wait_s`, since this machine cannot tell whether that process lives."""
     import optuna
 
     t = params.tune
@@ -194,33 +209,93 @@ def open_study(
     store = storage(t.storage, root)
     made = identity(params, data_hash, code_hash)
     chosen = sampler(t, params.seed if t.seed is None else t.seed)
+    directory = root / "models" / "tune" / t.study
+    marker = directory / SETTING_UP
+    deadline = time.monotonic() + wait_s
+    while True:
+        with _setup_lock(directory, deadline, t.study):
+            leftover = marker.is_file()  # a process of this machine died while it set up a study of this name
+            write_json(marker, {"process": processes.process_tag()})  # before create_study: a kill after it is seen
+            try:
+                study = optuna.create_study(
+                    study_name=t.study,
+                    storage=store,
+                    sampler=chosen,
+                    pruner=pruner(t),
+                    direction="minimize" if minimize else "maximize",
+                )
+                failpoint("tune-created")
+                begun = True
+            except optuna.exceptions.DuplicatedStudyError:
+                study = optuna.load_study(study_name=t.study, storage=store, sampler=chosen, pruner=pruner(t))
+                begun = not study.user_attrs.get(SLOTS_READY) and _begun_here(study, leftover)
+            if begun:  # by this process, or by one of this machine that died before it was done
+                baseline = space_.current_point(params, t.space) if t.sampler != "grid" else None
+                _set_up(study, made, budget, baseline, on_create)
+            marker.unlink()  # set up, by this process or another; or begun on another machine
+            if study.user_attrs.get(SLOTS_READY):
+                _check_identity(study, made, t.study)
+                existing = len(study.get_trials(deepcopy=False))
+                if existing < budget:  # a rerun with a larger budget
+                    _add_slots(study, budget - existing, None)
+                return Study(study, params, root, budget, metric, minimize)
+        if time.monotonic() > deadline:
+            raise UserError(_not_set_up(study, wait_s))
+        time.sleep(0.5)  # another machine is setting it up
+
+
+SETTING_UP = "setting_up.json"  # in models/tune/<study>/: the process of this machine that sets the study up
+
+
+@contextlib.contextmanager
+def _setup_lock(directory: Path, deadline: float, name: str) -> Iterator[None]:
+    from filelock import FileLock, Timeout
+
+    directory.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(directory / "setup.lock")
     try:
-        study = optuna.create_study(
-            study_name=t.study,
-            storage=store,
-            sampler=chosen,
-            pruner=pruner(t),
-            direction="minimize" if minimize else "maximize",
-        )
-        created = True
-    except optuna.exceptions.DuplicatedStudyError:
-        study = optuna.load_study(study_name=t.study, storage=store, sampler=chosen, pruner=pruner(t))
-        created = False
-    opened = Study(study, params, root, budget, metric, minimize)
-    if created:
+        lock.acquire(timeout=max(0.0, deadline - time.monotonic()))
+    except Timeout:
+        marker = directory / SETTING_UP
+        who = marker.read_text() if marker.is_file() else "?"
+        raise UserError(
+            f"tune: study {name!r}: a process of this machine has been setting it up for too long ({who}), holding "
+            f"{lock.lock_file}; wait for it, or stop it and rerun"
+        ) from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _begun_here(study: optuna.Study, leftover: bool) -> bool:
+    """Whether a study that is not set up was begun on this machine (whose processes set up under the lock this
+    process now holds: so the one that began it is dead)."""
+    creator = study.user_attrs.get(CREATOR)
+    if creator is None:  # killed right after create_study, or another machine's process is just past it
+        return leftover
+    return str(creator).rsplit(":", 2)[0] == socket.gethostname()
+
+
+def _set_up(
+    study: optuna.Study,
+    made: dict[str, str],
+    budget: int,
+    baseline: dict[str, Any] | None,
+    on_create: Callable[[optuna.Study], None] | None,
+) -> None:
+    """Set up a study this process created, or finish the set-up of one whose creator died: every step is done only if
+    it was not done before, so the next opener can always finish it."""
+    study.set_user_attr(CREATOR, processes.process_tag())
+    if IDENTITY in study.user_attrs:
+        _check_identity(study, made, study.study_name)
+    else:
         study.set_user_attr(IDENTITY, made)
-        if on_create is not None:
-            on_create(study)
-        baseline = space_.current_point(params, t.space) if t.sampler != "grid" else None
-        _add_slots(study, budget, baseline)
-        study.set_user_attr(SLOTS_READY, True)
-        return opened
-    _wait_for_slots(study)
-    _check_identity(study, made, t.study)
+    if on_create is not None:
+        on_create(study)  # the study's MLflow run (made once: trainflow.tune.parent_run)
     existing = len(study.get_trials(deepcopy=False))
-    if existing < budget:  # a rerun with a larger budget
-        _add_slots(study, budget - existing, None)
-    return opened
+    _add_slots(study, budget - existing, baseline if existing == 0 else None)
+    study.set_user_attr(SLOTS_READY, True)
 
 
 def _add_slots(study: optuna.Study, n: int, baseline: dict[str, Any] | None) -> None:
@@ -230,18 +305,18 @@ def _add_slots(study: optuna.Study, n: int, baseline: dict[str, Any] | None) -> 
         # Trial 0 evaluates the current params: the best trial is then never worse than what params.yaml has.
         system = {"fixed_params": baseline} if i == 0 and baseline is not None else {}
         study.add_trial(create_trial(state=TrialState.WAITING, system_attrs=system))
+        failpoint("tune-slot")
 
 
-def _wait_for_slots(study: optuna.Study, timeout_s: float = 120.0) -> None:
-    """Another process created the study a moment ago: wait until it has made its slots."""
-    deadline = time.monotonic() + timeout_s
-    while not study.user_attrs.get(SLOTS_READY):
-        if time.monotonic() > deadline:
-            raise UserError(
-                f"tune: study {study.study_name!r} exists but its trials were never set up (its creator died?); "
-                "start a new study with -S tune.study=<new name>"
-            )
-        time.sleep(0.5)
+def _not_set_up(study: optuna.Study, waited_s: float) -> str:
+    creator = study.user_attrs.get(CREATOR)
+    host = str(creator).rsplit(":", 2)[0] if creator else None
+    where, there = (f"on {host} ({creator})", f"on {host}") if host else ("on another machine", "where it was begun")
+    return (
+        f"tune: study {study.study_name!r} was begun {where} and is still not set up after {waited_s:g} s; that "
+        f"process is slow or dead. Rerun `trainflow tune` {there} to finish setting it up, or start a new study with "
+        "-S tune.study=<new name>"
+    )
 
 
 def _check_identity(study: optuna.Study, made: dict[str, str], name: str) -> None:
@@ -315,6 +390,7 @@ def claim(s: Study) -> Claim | None:
             continue
         # The marker goes first: a worker killed right after the transition leaves a trial a rerun can find.
         write_json(directory / CLAIMED, {"host": socket.gethostname(), "pid": os.getpid(), "time": time.time()})
+        failpoint("tune-claim")  # a kill here leaves the slot WAITING: the next worker claims it as any other
         try:
             won = storage.set_trial_state_values(frozen._trial_id, state=TrialState.RUNNING)
         except UpdateFinishedTrialError:
@@ -323,6 +399,7 @@ def claim(s: Study) -> Claim | None:
             (directory / CLAIMED).unlink()
             lock.release()
             continue
+        failpoint("tune-claimed")  # a kill here leaves it RUNNING and free: the next worker takes it over
         return Claim(optuna.Trial(s.study, frozen._trial_id), directory, lock, resumed=False)
     return None
 
