@@ -34,6 +34,7 @@ MINIMIZE = {"log_loss", "ece", "rmse", "mae"}  # gate metrics where lower is bet
 CHAMPION, CHALLENGER = "champion", "challenger"
 TEST_HASH_TAG = "test_data_hash"
 DECISION_TAG = "registry_decision"
+MODEL_TAG = "model_sha256"  # version tag: the hash of models/final's files (tracking.model_hash)
 HISTORY_TAG = "champion_history"  # registered model tag: the champion versions, oldest first (JSON), for rollback
 CHANGE_TAG = "champion_change"  # version tag: how and why it (last) became champion
 
@@ -163,6 +164,12 @@ def version_of_run(client: Any, name: str, run_id: str) -> Any | None:
     return min(versions, key=lambda v: int(v.version)) if versions else None
 
 
+def version_of_model(client: Any, name: str, model_hash: str) -> Any | None:
+    """The version of model `name` holding the exported model with hash `model_hash` (MODEL_TAG), if any."""
+    found = client.search_model_versions(f"name='{name}' and tags.`{MODEL_TAG}` = '{model_hash}'")
+    return min(found, key=lambda v: int(v.version)) if found else None
+
+
 def register(
     model_uri: str,
     run_id: str,
@@ -179,7 +186,9 @@ def register(
 
     Idempotent: a run registers at most one version. The version of `run_id` is looked up first, so a retry after a
     partial success (version created, then an error) completes that version's decision instead of creating another,
-    and a rerun after the decision was recorded changes nothing and returns it.
+    and a rerun after the decision was recorded changes nothing and returns it. And one model is registered once: a
+    run whose exported model (`tags[MODEL_TAG]`) is byte for byte a decided version's (a retrain that changed only
+    how it ran: train.progress, an instant resume) registers nothing and returns that version.
     """
     import mlflow
     from mlflow.tracking import MlflowClient
@@ -192,8 +201,17 @@ def register(
     with registry_lock(mlflow.get_tracking_uri()):
         failpoint("register")
         existing = version_of_run(client, name, run_id)
+        if existing is None and MODEL_TAG in tags:
+            same = lookup(
+                lambda: version_of_model(client, name, tags[MODEL_TAG]), f"looking up the versions of {name!r}"
+            )
+            if same is not None and DECISION_TAG in same.tags:
+                lineage = {k: v for k, v in same.tags.items() if k in tags}  # the version's, not this run's
+                why = f"no new version: run {run_id} exported byte for byte the model of version {same.version}"
+                return _recorded(client, same, gate, lineage, test_hash, why)
         if existing is not None and DECISION_TAG in existing.tags:
-            return _recorded(client, existing, gate, tags, test_hash)
+            why = f"already registered as version {existing.version} by an earlier run of register"
+            return _recorded(client, existing, gate, tags, test_hash, why)
         if existing is None:
             version = int(mlflow.register_model(model_uri, name, tags=all_tags).version)
         else:  # created by an attempt that failed before deciding: decide now
@@ -237,8 +255,8 @@ def register(
                 promoted = False
                 decision = (
                     f"champion stays version {current.version}: it could not be re-scored on the new test split "
-                    f"({type(exc).__name__}: {exc}); to promote version {version} anyway, set the alias by hand: "
-                    f"MlflowClient().set_registered_model_alias({name!r}, 'champion', {version})"
+                    f"({type(exc).__name__}: {exc}); to promote version {version} anyway, run `trainflow models "
+                    f"promote {version} --name {name} --reason ...` (it keeps the history a rollback needs)"
                 )
             else:
                 old = previous.get(gate)
@@ -274,8 +292,9 @@ def register(
     }
 
 
-def _recorded(client: Any, existing: Any, gate: str, tags: dict[str, str], test_hash: str) -> dict[str, Any]:
-    """registration.json for a run whose version was registered and decided before: the registry as it is now."""
+def _recorded(client: Any, existing: Any, gate: str, tags: dict[str, str], test_hash: str, why: str) -> dict[str, Any]:
+    """registration.json for a model whose version was registered and decided before (by this run, or by another
+    run of the same weights): the registry as it is now."""
     name, version = existing.name, int(existing.version)
     champion = current_champion(client, name)
     champion_version = int(champion.version) if champion is not None else None
@@ -291,8 +310,7 @@ def _recorded(client: Any, existing: Any, gate: str, tags: dict[str, str], test_
         "rescored": False,
         "champion": champion_version == version,
         "champion_version": champion_version,
-        "decision": f"already registered as version {version} by an earlier run of register, nothing changed "
-        f"(its decision then: {existing.tags[DECISION_TAG]})",
+        "decision": f"{why}, nothing changed (its decision then: {existing.tags[DECISION_TAG]})",
         "tags": {**tags, TEST_HASH_TAG: test_hash},
     }
 

@@ -235,7 +235,16 @@ def outputs_load(ws: Workspace) -> list[str]:
     if abs(accuracy - reports["metrics.json"]["accuracy"]) > 1e-12:
         said = reports["metrics.json"]["accuracy"]
         problems.append(f"models/final scores {accuracy} on the test split, metrics.json says {said}")
-    if reports["registration.json"]["tags"]["mlflow_run_id"] != reports["train_run.json"]["run_id"]:
+    from trainflow.tracking import model_hash
+
+    # The version registration.json names holds models/final: registered from train_run.json's run, or, when that run
+    # exported byte for byte an earlier run's model, from that run (register adds no second version of one model).
+    registered = reports["registration.json"]["tags"]
+    if registered["model_sha256"] != model_hash(root / "models/final"):
+        problems.append("registration.json names a version of another model than models/final")
+    elif registered["mlflow_run_id"] != reports["train_run.json"]["run_id"] and "no new version" not in (
+        reports["registration.json"]["decision"]
+    ):
         problems.append("registration.json registered another run than train_run.json names")
     return problems
 

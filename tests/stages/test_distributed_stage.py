@@ -83,8 +83,8 @@ def test_a_killed_rank_stops_the_run_and_a_rerun_resumes_bit_identically(
 
     resumed = stage(root, "train")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    training = json.loads((root / "models/final/training.json").read_text())
-    assert training["resumed_from_update"] is not None and training["resumed_from_update"] > 0
+    run = json.loads((root / "reports/train_run.json").read_text())  # how the run went (not part of the model)
+    assert run["resumed_from_update"] is not None and run["resumed_from_update"] > 0
     assert weights(root) == weights(uninterrupted)
 
 

@@ -112,6 +112,16 @@ def test_a_champion_that_cannot_be_rescored_stays(csv_project: Path) -> None:
     assert reg["champion"] is False and reg["champion_version"] == 1
     assert "could not be re-scored" in reg["decision"]
     assert aliases("blobs") == {"champion": "1", "challenger": "2"}
+    # The decision's advice, followed as written (with a reason): version 2 becomes champion, in the history.
+    advice = re.search(r"run `trainflow (models promote 2 --name blobs) --reason \.\.\.`", reg["decision"])
+    assert advice is not None, reg["decision"]
+    from mlflow.tracking import MlflowClient
+
+    from trainflow import cli
+
+    assert cli.main([*advice.group(1).split(), "--reason", "re-scoring failed"]) == 0
+    assert aliases("blobs") == {"champion": "2", "challenger": "2"}
+    assert registry.champion_history(MlflowClient(), "blobs") == [1, 2]
 
 
 def _register_twice_at_once(

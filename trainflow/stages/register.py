@@ -73,6 +73,7 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
         "data_hash": lineage.dvc_out_hash(paths.root, "split", "data/splits"),
         "data_sha256": training["data_sha256"],
         "params_hash": lineage.params_hash(params.model_dump()),
+        registry.MODEL_TAG: tracking.model_hash(paths.final),  # a retrain to the same bytes registers no version
     }
     uri = tracking.configure(paths.root)
     try:

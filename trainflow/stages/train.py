@@ -195,6 +195,13 @@ def _train(params: PipelineParams, paths: Paths, device: torch.device, group: di
         if group.is_main:
             run.finish("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
         raise
+    if trainer.resumed_from is not None:
+        # This run's logs start at the update it resumed from; the evaluations before it are in the checkpoint's
+        # history. Logged too, so a resumed run (an instant one, when tracking.tensorboard was just turned on) has
+        # whole curves in MLflow and TensorBoard.
+        for record in state.history:
+            if record["update"] <= trainer.resumed_from:
+                logger.log({k: v for k, v in record.items() if k.startswith("val_")}, step=int(record["update"]))
     logger.close()
     if not group.is_main:
         return {}
@@ -212,9 +219,7 @@ def _train(params: PipelineParams, paths: Paths, device: torch.device, group: di
         "device": device.type,
         "world_size": group.world_size,
         "batch_size_auto": None if built.batch is None else built.batch.summary(),  # train.batch_size auto's choice
-        "peak_memory_mb": torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None,
         "data_sha256": dhash,
-        "resumed_from_update": trainer.resumed_from,
         # train.class_weights: balanced, as fitted on this train split (None: every class weighs 1)
         "class_weights": None if (w := trainer.objective.class_weights) is None else w.tolist(),
     }
@@ -224,7 +229,14 @@ def _train(params: PipelineParams, paths: Paths, device: torch.device, group: di
         directory = Path(built.config["pretrained"])
         summary["pretrained"] = {"model": params.model.name, "directory": str(directory),
                                  "sha256": hf.directory_hash(directory)}  # fmt: skip
+    # models/final holds what the model is, never how this run went: a rerun that changes nothing (an instant resume
+    # after train.progress changed, say) exports it byte for byte, so DVC reruns nothing after it and register adds
+    # no version. How the run went goes into reports/train_run.json with the MLflow run.
     export(trainer.final_weights, built.config, built.pre, built.schema, summary, paths.final)
+    this_run = {
+        "resumed_from_update": trainer.resumed_from,
+        "peak_memory_mb": torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None,
+    }
     history = plots.history_frame(state.history)
     plots.write_csv(history, paths.plots / "history.csv")
     plots.training_curves(history, paths.plots / "training_curves.png")
@@ -232,5 +244,5 @@ def _train(params: PipelineParams, paths: Paths, device: torch.device, group: di
     run.log_artifact(paths.plots / "training_curves.png", "plots")
     run.log_model(paths.final, built.val_frame.head(5))
     run.finish()
-    write_json(paths.train_run, run.record())
-    return {**summary, "mlflow_run_id": run.run_id}
+    write_json(paths.train_run, {**run.record(), **this_run})
+    return {**summary, **this_run, "mlflow_run_id": run.run_id}
