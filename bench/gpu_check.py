@@ -1,27 +1,37 @@
-"""GPU checks of the engine: CUDA AMP (bf16, fp16 + GradScaler) against fp32, no host syncs, throughput and MFU.
+"""GPU checks of the engine: CUDA AMP (bf16, fp16 + GradScaler) against fp32, no host syncs, throughput and MFU, and
+the engine against a hand-written PyTorch loop.
 
 On one CUDA GPU it trains the built-in text transformer on a synthetic 4-topic text task, the same seed and data for
 each precision, and reports for each: final train loss, val accuracy, tokens/s and MFU (the engine's own figures,
-engine/flops.py), plus the fp16 run's skipped updates (the GradScaler's overflow probes at the start). Then:
+engine/flops.py), peak GPU memory (of the whole fit, validation in batches of 1024 included), plus the fp16 run's
+skipped updates (the GradScaler's overflow probes at the start). Then:
   - no host syncs: 20 `train_step` calls under `torch.cuda.set_sync_debug_mode("error")` (any op that makes the host
     wait for the GPU raises);
   - a forced non-finite gradient on 3 chosen updates under fp16: those updates are skipped on the device, the schedule
-    index (`applied`) advances only on the others, and the weights stay finite.
+    index (`applied`) advances only on the others, and the weights stay finite;
+  - ours vs raw (bf16, without and with torch.compile): the engine's `fit()` against a plain PyTorch loop written out
+    here (`raw_loop`), same model and initial weights, same fused AdamW (decay on matrices only), warmup + cosine
+    schedule, clipping, per-window loss and the same padded batches in the same order; both time intervals of
+    `--raw-steps / 8` updates ending in a read of the device, and report the median tokens/s over all but the first
+    interval (warm-up, compilation), MFU (the same FLOPs formula) and peak memory (torch.cuda.max_memory_allocated).
 
     python bench/gpu_check.py [--layers 8] [--d-model 768] [--batch-size 128] [--epochs 2] [--compile]
+    python bench/gpu_check.py --part raw --layers 12 --d-model 768 --min-len 128 --max-len 512   # BERT-base size
 
-`--device cpu` runs the same code on the CPU (fp32 and bf16; the forced skip in fp32, which the engine skips the same
-way; no sync check) with a tiny model: a smoke test of this script, not a measurement:
+`--part precisions` runs the first three, `--part raw` the last, `all` (the default) both. `--device cpu` runs the same
+code on the CPU (fp32 and bf16; the forced skip in fp16 too, which CPU autocast has; no sync check) with a tiny model:
+a smoke test of this script, not a measurement:
 
     python bench/gpu_check.py --device cpu --layers 1 --d-model 64 --max-len 64 --batch-size 64 \\
-        --n-train 2560 --epochs 1
+        --n-train 2560 --epochs 1 --raw-steps 40
 
-The table goes to stdout; the last line is one JSON object with the figures.
+The tables go to stdout; the last line is one JSON object with the figures.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import sys
@@ -31,22 +41,29 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
+from torch.nn import functional as F
 
+from trainflow.engine import flops
 from trainflow.engine.data import TextData
 from trainflow.engine.objective import Objective
 from trainflow.engine.precision import Precision
+from trainflow.engine.schedule import lr_at
 from trainflow.engine.trainer import Trainer
 from trainflow.models.text import TextTransformer
 from trainflow.params import TrainParams
 
 VOCAB, CLASSES, TOPIC_SHARE = 8000, 4, 0.25
+SEED = 0
+INTERVALS = 8  # ours vs raw: each run is timed in this many intervals; the first (warm-up, compilation) is dropped
 
 
-def make_text(n: int, seed: int, max_len: int) -> TextData:
-    """Sequences of 16..max_len tokens; a quarter of each sequence's tokens come from its topic's vocabulary band."""
+def make_text(n: int, seed: int, max_len: int, min_len: int = 16) -> TextData:
+    """Sequences of min_len..max_len tokens; a quarter of each sequence's tokens come from its topic's vocabulary
+    band."""
     g = torch.Generator().manual_seed(seed)
     labels = torch.randint(0, CLASSES, (n,), generator=g)
-    lengths = torch.randint(16, max_len + 1, (n,), generator=g)
+    lengths = torch.randint(min_len, max_len + 1, (n,), generator=g)
     band = (VOCAB - 1) // CLASSES
     sequences = []
     for y, length in zip(labels.tolist(), lengths.tolist()):
@@ -68,11 +85,15 @@ class Records:
         pass
 
 
-def build(args: argparse.Namespace, precision: str, workdir: Path, **overrides: Any) -> tuple[Trainer, Records]:
-    torch.manual_seed(0)
-    model = TextTransformer(
+def make_model(args: argparse.Namespace) -> TextTransformer:
+    """The same initial weights every time: heads of 64 dimensions, as BERT's."""
+    torch.manual_seed(SEED)
+    return TextTransformer(
         VOCAB, CLASSES, d_model=args.d_model, n_heads=args.d_model // 64, n_layers=args.layers, max_len=args.max_len
     )
+
+
+def train_settings(args: argparse.Namespace, precision: str, **overrides: Any) -> TrainParams:
     settings: dict[str, Any] = {
         "epochs": args.epochs,
         "batch_size": args.batch_size,
@@ -87,11 +108,15 @@ def build(args: argparse.Namespace, precision: str, workdir: Path, **overrides: 
         "monitor": "val_accuracy",
         **overrides,
     }
+    return TrainParams(**settings)
+
+
+def build(args: argparse.Namespace, precision: str, workdir: Path, **overrides: Any) -> tuple[Trainer, Records]:
     records = Records()
     trainer = Trainer(
-        model,
-        TrainParams(**settings),
-        seed=0,
+        make_model(args),
+        train_settings(args, precision, **overrides),
+        seed=SEED,
         device=torch.device(args.device),
         precision=Precision(precision, args.device),
         objective=Objective("classification"),
@@ -108,23 +133,40 @@ def steady(records: Records, key: str) -> float:
     return float(torch.tensor(values).median()) if values else math.nan
 
 
+def fresh_peak(device: torch.device) -> None:
+    """Free what earlier runs left cached and start counting the peak anew."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_mb(device: torch.device) -> float:
+    """The most memory tensors held since `fresh_peak` (torch.cuda.max_memory_allocated), in MiB; NaN on the CPU."""
+    return torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else math.nan
+
+
 def train_each_precision(args: argparse.Namespace, train: TextData, val: TextData, workdir: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
+    device = torch.device(args.device)
     for precision in ("fp32", "bf16", "fp16") if args.device == "cuda" else ("fp32", "bf16"):
         trainer, records = build(args, precision, workdir)
+        fresh_peak(device)
         t0 = time.perf_counter()
         state = trainer.fit(train, val)
         wall = time.perf_counter() - t0
-        last_loss = records.points[-1]["train_loss"]
+        last_loss = [p["train_loss"] for p in records.points if "train_loss" in p][-1]  # (the last point may be val's)
         out[precision] = {
             "val_accuracy": state.best_metric,
             "final_train_loss": last_loss,
             "tokens_per_s": steady(records, "tokens_per_s"),
             "mfu": steady(records, "mfu"),
+            "peak_memory_mb": peak_mb(device),
             "skipped_updates": state.updates - state.applied,
             "updates": state.updates,
             "wall_s": wall,
         }
+        del trainer
         print(f"  {precision}: {json.dumps(out[precision])}", file=sys.stderr, flush=True)
     return out
 
@@ -162,7 +204,7 @@ def forced_skip_check(args: argparse.Namespace, train: TextData, workdir: Path) 
     data = trainer.prepare(train)
     bad = {10, 11, 30}
     step = {"n": 0}
-    weight = trainer.model.tok_emb.weight  # type: ignore[union-attr]
+    weight = trainer.model.get_parameter("tok_emb.weight")
     weight.register_hook(lambda g: g * math.inf if step["n"] in bad else g)
     applied_before_bad = []
     for i in range(40):
@@ -182,6 +224,98 @@ def forced_skip_check(args: argparse.Namespace, train: TextData, workdir: Path) 
     }
 
 
+def ours(
+    args: argparse.Namespace, train: TextData, val: TextData, compile: bool, every: int, workdir: Path
+) -> dict[str, Any]:
+    """The engine's fit() over one epoch of `train` in bf16: its own logged tokens/s and MFU, every `every` updates."""
+    device = torch.device(args.device)
+    trainer, records = build(args, "bf16", workdir, epochs=1, compile=compile, log_every=every)
+    fresh_peak(device)
+    trainer.fit(train, val)  # `val` is small: its one evaluation (after the last timed interval) costs little
+    logged = [p for p in records.points if "tokens_per_s" in p]
+    return {
+        "tokens_per_s": steady(records, "tokens_per_s"),
+        "mfu": steady(records, "mfu"),
+        "peak_memory_mb": peak_mb(device),
+        "final_train_loss": logged[-1]["train_loss"],
+        "intervals": len(logged),
+    }
+
+
+def raw_loop(args: argparse.Namespace, train: TextData, compile: bool, every: int) -> dict[str, Any]:
+    """What `ours` trains, as a plain PyTorch loop: the same model and initial weights, the engine's sample order and
+    padded batches (TextData.batch: padding on the host, pinned non-blocking copies), bf16 autocast, the loss of each
+    window summed in fp32 and divided by its samples, clipping, fused AdamW without decay on biases and norms, and the
+    same warmup + cosine schedule. The host reads the device once per `every` updates (the mean loss), as the
+    engine's log does; tokens/s and MFU are measured over those intervals."""
+    device = torch.device(args.device)
+    p = train_settings(args, "bf16", epochs=1, compile=compile)
+    fresh_peak(device)
+    model = make_model(args).to(device)
+    forward: Any = torch.compile(model) if compile else model
+    decay = [q for q in model.parameters() if q.ndim >= 2]
+    no_decay = [q for q in model.parameters() if q.ndim < 2]
+    groups = [{"params": decay, "weight_decay": p.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    optimizer = torch.optim.AdamW(groups, lr=p.lr, fused=True)
+    flops_of = flops.flops_per_batch(model)
+    assert flops_of is not None
+    peak = flops.peak_flops(device, torch.bfloat16)
+    windows = train.epoch_order(SEED, 0).split(p.batch_size)
+    total, warmup = len(windows), round(p.warmup_fraction * len(windows))
+    loss_sum = torch.zeros((), device=device)
+    intervals: list[dict[str, float]] = []
+    start, tokens, work = time.perf_counter(), 0, 0.0
+    model.train()
+    for k, idx in enumerate(windows):
+        batch = train.batch(idx)
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            out = forward(**batch.inputs)
+        loss = F.cross_entropy(out.float(), batch.target, reduction="sum") / batch.count
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), p.max_grad_norm or math.inf)
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(p.schedule, k, total, warmup, p.lr, p.min_lr)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        loss_sum += loss.detach()
+        tokens += train.tokens(idx)
+        work += flops_of(batch)
+        if (k + 1) % every == 0:
+            mean_loss = loss_sum.item() / every  # the interval's one read of the device: it waits for the GPU
+            loss_sum.zero_()
+            now = time.perf_counter()
+            seconds = now - start
+            mfu = work / seconds / peak if peak else math.nan
+            intervals.append({"tokens_per_s": tokens / seconds, "mfu": mfu, "train_loss": mean_loss})
+            start, tokens, work = now, 0, 0.0
+    steady_part = intervals[1:] or intervals
+    return {
+        "tokens_per_s": float(torch.tensor([i["tokens_per_s"] for i in steady_part]).median()),
+        "mfu": float(torch.tensor([i["mfu"] for i in steady_part]).median()),
+        "peak_memory_mb": peak_mb(device),
+        "final_train_loss": intervals[-1]["train_loss"],
+        "intervals": len(intervals),
+    }
+
+
+def ours_vs_raw(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """Eager and compiled: raw, then ours, on one epoch of raw_steps windows (whole ones: no partial last window)."""
+    every = max(1, args.raw_steps // INTERVALS)
+    steps = every * max(1, args.raw_steps // every)
+    device = torch.device(args.device)
+    train = make_text(steps * args.batch_size, 2, args.max_len, args.min_len)
+    val = make_text(64, 3, args.max_len, args.min_len)
+    for data in (train, val):
+        data.to(device)
+    out: dict[str, Any] = {"updates": steps, "batch_size": args.batch_size, "every": every}
+    for mode, compile in (("eager", False), ("compiled", True)):
+        raw = raw_loop(args, train, compile, every)
+        mine = ours(args, train, val, compile, every, workdir / f"ours-{mode}")
+        out[mode] = {"ours": mine, "raw": raw, "ours_over_raw": mine["tokens_per_s"] / raw["tokens_per_s"]}
+        print(f"  {mode}: {json.dumps(finite_or_null(out[mode]))}", file=sys.stderr, flush=True)
+    return out
+
+
 def finite_or_null(obj: Any) -> Any:
     """NaN (MFU where the peak FLOP/s is unknown, e.g. on the CPU) as null, so the last line is strict JSON."""
     if isinstance(obj, float) and not math.isfinite(obj):
@@ -191,54 +325,75 @@ def finite_or_null(obj: Any) -> Any:
     return obj
 
 
+def print_precisions(runs: dict[str, Any], nosync: str, skip: dict[str, Any]) -> None:
+    print(
+        f"{'precision':<10}{'val acc':>9}{'train loss':>12}{'tokens/s':>13}{'MFU':>8}{'peak MiB':>10}{'skipped':>9}"
+        f"{'wall s':>8}"
+    )
+    for name, r in runs.items():
+        print(
+            f"{name:<10}{r['val_accuracy']:>9.4f}{r['final_train_loss']:>12.4f}{r['tokens_per_s']:>13,.0f}"
+            f"{r['mfu']:>8.3f}{r['peak_memory_mb']:>10,.0f}{r['skipped_updates']:>9}{r['wall_s']:>8.1f}"
+        )
+    print(f"no host sync in train_step: {nosync}")
+    print(f"forced inf on updates 10, 11, 30 (fp16): {skip}")
+
+
+def print_vs_raw(result: dict[str, Any]) -> None:
+    print(
+        f"\nours vs a plain PyTorch loop, bf16: {result['updates']} updates of {result['batch_size']} sequences, "
+        f"medians over intervals of {result['every']} updates but the first"
+    )
+    print(f"{'':<10}{'ours tok/s':>13}{'raw tok/s':>13}{'ours/raw':>10}{'ours MFU':>10}{'raw MFU':>9}{'ours MiB':>10}"
+          f"{'raw MiB':>9}")  # fmt: skip
+    for mode in ("eager", "compiled"):
+        o, r = result[mode]["ours"], result[mode]["raw"]
+        print(
+            f"{mode:<10}{o['tokens_per_s']:>13,.0f}{r['tokens_per_s']:>13,.0f}{result[mode]['ours_over_raw']:>10.3f}"
+            f"{o['mfu']:>10.3f}{r['mfu']:>9.3f}{o['peak_memory_mb']:>10,.0f}{r['peak_memory_mb']:>9,.0f}"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--d-model", type=int, default=768)
+    ap.add_argument("--min-len", type=int, default=16)
     ap.add_argument("--max-len", type=int, default=256)
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--n-train", type=int, default=20_000)
-    ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--compile", action="store_true", help="the precision runs through torch.compile")
+    ap.add_argument("--part", choices=["all", "precisions", "raw"], default="all")
+    ap.add_argument("--raw-steps", type=int, default=200, help="updates of each ours-vs-raw run")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     args = ap.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("gpu_check: no CUDA GPU visible (--device cpu runs a smoke test of this script)")
-    train, val = make_text(args.n_train, 0, args.max_len), make_text(2_000, 1, args.max_len)
-    for data in (train, val):
-        data.to(torch.device(args.device))  # batches are padded on the host and copied (pinned, non-blocking)
+    figures: dict[str, Any] = {"device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu"}
+    figures |= {"torch": torch.__version__, "cuda": torch.version.cuda, "model": {"d_model": args.d_model,
+                "layers": args.layers, "min_len": args.min_len, "max_len": args.max_len}}  # fmt: skip
+    print(
+        f"{figures['device']}, torch {torch.__version__}, text transformer d={args.d_model} L={args.layers}, "
+        f"sequences of {args.min_len}-{args.max_len} tokens, batch {args.batch_size}"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        runs = train_each_precision(args, train, val, work)
-        nosync = no_sync_check(args, train, work)
-        skip = forced_skip_check(args, train, work)
-    device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
-    print(
-        f"\n{device}, torch {torch.__version__}, text transformer d={args.d_model} L={args.layers}, "
-        f"batch {args.batch_size}, {args.n_train} sequences x {args.epochs} epochs, compile={args.compile}"
-    )
-    print(f"{'precision':<10}{'val acc':>9}{'train loss':>12}{'tokens/s':>13}{'MFU':>8}{'skipped':>9}{'wall s':>8}")
-    for name, r in runs.items():
-        print(
-            f"{name:<10}{r['val_accuracy']:>9.4f}{r['final_train_loss']:>12.4f}{r['tokens_per_s']:>13,.0f}"
-            f"{r['mfu']:>8.3f}{r['skipped_updates']:>9}{r['wall_s']:>8.1f}"
-        )
-    print(f"no host sync in train_step: {nosync}")
-    print(f"forced inf on updates 10, 11, 30 (fp16): {skip}")
-    print(
-        json.dumps(
-            finite_or_null(
-                {
-                    "device": device,
-                    "torch": torch.__version__,
-                    "compile": args.compile,
-                    "runs": runs,
-                    "no_sync": nosync,
-                    "forced_skip": skip,
-                }
-            )
-        )
-    )
+        if args.part in ("all", "precisions"):
+            train = make_text(args.n_train, 0, args.max_len, args.min_len)
+            val = make_text(2_000, 1, args.max_len, args.min_len)
+            for data in (train, val):
+                data.to(torch.device(args.device))  # batches are padded on the host and copied (pinned, non-blocking)
+            runs = train_each_precision(args, train, val, work)
+            nosync = no_sync_check(args, train, work)
+            skip = forced_skip_check(args, train, work)
+            print(f"\n{args.n_train} sequences x {args.epochs} epochs, compile={args.compile}")
+            print_precisions(runs, nosync, skip)
+            figures |= {"compile": args.compile, "runs": runs, "no_sync": nosync, "forced_skip": skip}
+        if args.part in ("all", "raw"):
+            figures["vs_raw"] = ours_vs_raw(args, work)
+            print_vs_raw(figures["vs_raw"])
+    print(json.dumps(finite_or_null(figures)))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,75 @@
+"""The default pipeline (builtin:digits, default params) through its stages on the GPU: bf16 autocast and fp16 autocast
++ CUDA's GradScaler reach fp32's test accuracy within 0.5 points, and so does `train.compile: true` against the same
+precision without it. tests/stages/test_precision.py runs the precisions on the CPU (within 1 point)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from conftest import make_project
+from safetensors.torch import load_file
+
+from trainflow.io import read_json
+from trainflow.params import load_params
+from trainflow.paths import Paths
+from trainflow.predict import WEIGHTS
+from trainflow.stages import run_stage
+
+POINTS = 0.005  # 0.5 accuracy points: one of the ~270 test digits is 0.37
+
+
+@dataclass(frozen=True)
+class Run:
+    accuracy: float  # on the test split (evaluate)
+    summary: dict[str, Any]  # models/final/training.json
+    weights: Path  # the exported weights
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The default pipeline trained on the GPU at a precision, compiled or not: each combination once for the module.
+    Called inside a test, so MLflow writes to that test's store."""
+    done: dict[tuple[str, bool], Run] = {}
+
+    def get(precision: str, compile: bool = False) -> Run:
+        if (precision, compile) not in done:
+            name = f"{precision}-compiled" if compile else precision
+            overrides: dict[str, object] = {
+                "train.device": "cuda",
+                "train.precision": precision,
+                "train.compile": str(compile).lower(),
+                "train.progress": "false",
+            }
+            paths = Paths(make_project(tmp_path_factory.mktemp(name), overrides))
+            for stage in ("ingest", "split", "train", "evaluate"):
+                run_stage(stage, load_params(paths.params), paths)
+            summary = read_json(paths.final / "training.json")
+            done[precision, compile] = Run(read_json(paths.metrics)["accuracy"], summary, paths.final / WEIGHTS)
+        return done[precision, compile]
+
+    return get
+
+
+def test_bf16_and_fp16_train_digits_to_fp32s_accuracy_on_the_gpu(digits: Any) -> None:
+    runs = {name: digits(name) for name in ("fp32", "bf16", "fp16")}
+    assert {name: (r.summary["precision"], r.summary["device"]) for name, r in runs.items()} == {
+        name: (name, "cuda") for name in runs
+    }
+    fp32, bf16, fp16 = (runs[name].accuracy for name in ("fp32", "bf16", "fp16"))
+    print(f"digits test accuracy, {torch.cuda.get_device_name()}: fp32 {fp32:.4f}, bf16 {bf16:.4f}, fp16 {fp16:.4f}")
+    assert fp32 >= 0.96
+    assert abs(bf16 - fp32) <= POINTS, (fp32, bf16)
+    assert abs(fp16 - fp32) <= POINTS, (fp32, fp16)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_compile_trains_digits_to_the_same_accuracy_on_the_gpu(digits: Any, precision: str) -> None:
+    eager, compiled = digits(precision), digits(precision, compile=True)
+    print(f"digits test accuracy, {precision}: eager {eager.accuracy:.4f}, compiled {compiled.accuracy:.4f}")
+    assert compiled.summary["precision"] == precision
+    assert abs(compiled.accuracy - eager.accuracy) <= POINTS, (eager.accuracy, compiled.accuracy)
+    assert sorted(load_file(compiled.weights)) == sorted(load_file(eager.weights))  # the plain model's keys exported
