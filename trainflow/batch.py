@@ -3,11 +3,14 @@ predictions atomically."""
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
 
-from trainflow.errors import UserError
+from trainflow.errors import DataError, UserError
 from trainflow.predict import BATCH_SIZE, load
 
 OUTPUT_FORMATS = (".csv", ".tsv", ".parquet", ".jsonl")
@@ -18,7 +21,11 @@ def read_table(path: Path) -> pd.DataFrame:
     from trainflow.data.sources import read_source
     from trainflow.params import DataParams
 
-    return read_source(DataParams.model_validate({"source": str(path.resolve())}), Path.cwd()).frame
+    with _as_input():
+        table = read_source(DataParams.model_validate({"source": str(path.resolve())}), Path.cwd())
+    for note in table.notes:
+        print(f"predict: {note}", file=sys.stderr)
+    return table.frame
 
 
 def read_image_folder(folder: Path, column: str, target: str) -> pd.DataFrame:
@@ -27,7 +34,76 @@ def read_image_folder(folder: Path, column: str, target: str) -> pd.DataFrame:
     from trainflow.params import DataParams
 
     d = DataParams.model_validate({"source": str(folder.resolve()), "image_column": column, "target": target})
-    return read(folder.resolve(), d, Path.cwd()).frame
+    with _as_input():
+        return read(folder.resolve(), d, Path.cwd()).frame
+
+
+def read_images(files: list[Path], column: str) -> pd.DataFrame:
+    """Image files, one row each: `column` holds the file's absolute path (for the model to read) and
+    `<column>_path` the path as the user sees it, relative to the working directory when inside it."""
+    from trainflow.data.sources import PATH_SUFFIX
+
+    here = Path.cwd()
+    full = [p.resolve() for p in files]
+    shown = [p.relative_to(here).as_posix() if p.is_relative_to(here) else str(p) for p in full]
+    return pd.DataFrame({column: [str(p) for p in full], column + PATH_SUFFIX: shown})
+
+
+@contextmanager
+def _as_input() -> Iterator[None]:
+    """The data readers' errors name data.source, ingest's param; for predict they are about --input."""
+    try:
+        yield
+    except DataError as exc:
+        message = str(exc)
+        message = "--input" + message.removeprefix("data.source") if message.startswith("data.source:") else message
+        raise DataError(message.replace("data.source", "--input")) from None
+
+
+def image_input(input: Path, column: str | None) -> list[Path] | None:
+    """The image files `input` names when it is one image file or a flat folder of them (no subfolders); None for a
+    table file or a folder of class folders. Errors name --input and what to change."""
+    from trainflow.data.sources import IMAGE_SUFFIXES
+
+    kinds = f"images ({', '.join(sorted(IMAGE_SUFFIXES))})"
+    if input.is_file():
+        if input.suffix.lower() not in IMAGE_SUFFIXES:
+            return None
+        if column is None:
+            raise UserError(f"--input {input}: an image; this model scores tables (csv, tsv, parquet, jsonl): give one")
+        return [input]
+    entries = sorted(p for p in input.iterdir() if not p.name.startswith("."))
+    if column is None:
+        raise UserError(f"--input {input}: a folder; this model scores tables (csv, tsv, parquet, jsonl): give one")
+    if any(p.is_dir() for p in entries):
+        return None  # a folder of class folders
+    if not entries:
+        raise UserError(f"--input {input}: the folder is empty; put the {kinds} to score in it")
+    other = [p for p in entries if p.suffix.lower() not in IMAGE_SUFFIXES]
+    if other:
+        raise UserError(
+            f"--input {input}: {other[0]} is not an image by its extension ({other[0].suffix or 'none'}); a folder "
+            f"to score holds {kinds} only, or one folder of them per class: move it out of the folder"
+        )
+    return entries
+
+
+def image_column(frame: pd.DataFrame, column: str, input: Path) -> str:
+    """The column of `frame` holding the images: as the model was trained (`column`), `image`, or the `<...>_path`
+    column of either (what ingest and predict write beside the images)."""
+    from trainflow.data.sources import DEFAULT_IMAGE_COLUMN, PATH_SUFFIX
+
+    accepted = list(
+        dict.fromkeys([column, DEFAULT_IMAGE_COLUMN, column + PATH_SUFFIX, DEFAULT_IMAGE_COLUMN + PATH_SUFFIX])
+    )
+    found = next((c for c in accepted if c in frame.columns), None)
+    if found is None:
+        raise DataError(
+            f"--input {input}: no column of images; the model reads each row's image (its file's path, relative to "
+            f"the table's folder) from a column named {' or '.join(repr(c) for c in accepted)}, but the columns are "
+            f"{', '.join(repr(str(c)) for c in frame.columns[:20])}: rename the one of image paths to {column!r}"
+        )
+    return found
 
 
 def output_format(path: Path) -> str:
@@ -66,24 +142,31 @@ def _write_jsonl(frame: pd.DataFrame, path: Path, chunk: int = 65536) -> None:
 def predict_file(model: str, input: Path, output: Path, batch_size: int = BATCH_SIZE) -> dict[str, object]:
     """Score every row of `input` with `model`; write the rows plus the prediction columns to `output`.
 
-    Image models: `input` is a table whose image column holds paths (relative to the table's folder), or a folder of
-    class folders of images (each row then also holds its folder's name as the target, and the image's path)."""
+    Image models: `input` is a table whose image column holds paths (relative to the table's folder), a folder of
+    class folders of images (each row then also holds its folder's name as the target, and the image's path), a flat
+    folder of images or one image file (a row per image, with its path)."""
     if not (input.is_file() or input.is_dir()):
         raise UserError(f"--input {input}: no such file")
     output_format(output)  # before the work, not after it
     exported = load(model)
     column = exported.pre.image_column
-    if input.is_dir():
-        if column is None:
-            raise UserError(f"--input {input}: a folder; this model scores tables (csv, tsv, parquet, jsonl): give one")
+    images = image_input(input, column)
+    renamed: dict[str, str] = {}  # the model's image column -> the input's name for it
+    if images is not None:
+        assert column is not None
+        frame = read_images(images, column)
+    elif input.is_dir():
+        assert column is not None
         frame = read_image_folder(input, column, exported.pre.target)
     else:
         frame = read_table(input)
+        if column is not None and (found := image_column(frame, column, input)) != column:
+            frame, renamed = frame.rename(columns={found: column}), {column: found}
     taken = [c for c in frame.columns if c == "prediction" or str(c).startswith("proba_")]
     if taken:
         raise UserError(f"--input {input}: already has prediction column(s) {taken}; drop or rename them first")
     scored = exported.predict_frame(frame, batch_size, where=str(input), base=input.resolve().parent)
-    if input.is_dir() and column is not None:
-        scored = scored.drop(columns=[column])  # the images' bytes; their paths stay
-    write_table(scored, output)
+    if (images is not None or input.is_dir()) and column is not None:
+        scored = scored.drop(columns=[column])  # the images' bytes (or absolute paths); the paths as shown stay
+    write_table(scored.rename(columns=renamed), output)
     return {"model": model, "input": str(input), "output": str(output), "rows": len(scored), "task": exported.pre.task}

@@ -114,6 +114,51 @@ class DataParams(Section):
         return self
 
 
+_GLOB_CHARS = re.compile(r"[*?\[]")
+
+
+def source_outside(source: str, root: Path) -> str | None:
+    """Why data.source cannot be used from the project at `root`, or None: it names files outside the project.
+
+    DVC hashes only what lies inside the project, so a file outside it can change (rows appended) while `dvc status`
+    stays clean and the model goes stale. Outside = outside both as written (`..` collapsed) and with symlinks
+    resolved: a project reached through a symlink, or data/raw/x.csv linking elsewhere, is inside it as written."""
+    if source.startswith("builtin:"):
+        return None
+    given = Path(os.path.expanduser(source))
+    full = Path(os.path.normpath(given if given.is_absolute() else root / given))
+    if full.is_relative_to(os.path.normpath(root)) or full.resolve().is_relative_to(root.resolve()):
+        return None
+    return (
+        f"{source} is outside the project ({root}): DVC sees no change to files outside it, so rows added there "
+        f"later would leave `dvc status` clean and the model stale. Copy it into the project and track it: "
+        f"{_copy_in(full)}"
+    )
+
+
+def _copy_in(full: Path) -> str:
+    """The shell commands that copy `full` (a file, a folder or a glob) under data/raw/ and track it with DVC, as the
+    README's "Your data" does, then the data.source that names the copy."""
+    from shlex import quote
+
+    raw = "data/raw"
+    if _GLOB_CHARS.search(full.as_posix()):  # the files of a glob go to a folder named as theirs; the glob moves along
+        folder = next(p for p in full.parents if not _GLOB_CHARS.search(p.as_posix()))
+        inside = full.relative_to(folder).as_posix()
+        copy = f"{raw}/{folder.name or 'data'}"
+        if "/" in inside:  # a pattern over subfolders: copy them all, so it matches there as here
+            command = f"cp -r {quote(str(folder))} {quote(copy)}"
+        else:
+            command = f"mkdir -p {quote(copy)} && cp {quote(str(folder))}/{inside} {quote(copy + '/')}"
+        command += f" && dvc add {quote(copy)}"
+        source = f"{copy}/{inside}"
+    else:
+        copy = f"{raw}/{full.name}"
+        command = f"cp {'-r ' if full.is_dir() else ''}{quote(str(full))} {raw}/ && dvc add {quote(copy)}"
+        source = copy
+    return f"`{command}`, then rerun with `-S {quote('data.source=' + source)}`"
+
+
 class SplitParams(Section):
     val_fraction: float = Field(0.15, gt=0, lt=1, description="Fraction of rows held out for validation.")
     test_fraction: float = Field(0.15, gt=0, lt=1, description="Fraction of rows held out for the final test.")
@@ -931,7 +976,20 @@ def validate(raw: dict[str, Any], source: str) -> PipelineParams:
 def load_params(path: Path, overrides: list[str] | None = None) -> PipelineParams:
     """Read, override and validate params.yaml (contract). Raises ParamsError with every problem."""
     raw = apply_overrides(read_raw(path), overrides or [])
-    return validate(raw, str(path) + (" with -S overrides" if overrides else ""))
+    source = str(path) + (" with -S overrides" if overrides else "")
+    # data.source outside the project is checked here, where the project root is known (params.yaml's folder), so
+    # that `params check`, `run` and every stage refuse it before anything runs or -S is written.
+    data = raw.get("data")
+    given = data.get("source") if isinstance(data, dict) else None
+    outside = source_outside(given, path.parent.absolute()) if isinstance(given, str) else None
+    problems = [("data.source", outside)] if outside else []
+    try:
+        params = validate(raw, source)
+    except ParamsError as exc:
+        raise ParamsError(source, exc.problems + problems) from None  # every problem at once
+    if problems:
+        raise ParamsError(source, problems)
+    return params
 
 
 def write_overrides(path: Path, overrides: list[str]) -> None:

@@ -75,6 +75,8 @@ class RawTable:
     encoding: str = "utf-8"
     header: bool = True
     image_column: str | None = None  # the column of encoded image bytes (the files' paths in <it>_path)
+    # what reading did that the user should know (a column dropped), for the caller to print as its own
+    notes: list[str] = field(default_factory=list)
     # file index -> the line on which each of its first records starts (filled by where_many as it scans)
     _lines: dict[int, array[int]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -147,10 +149,16 @@ def read_source(d: DataParams, root: Path) -> RawTable:
             "remove them (its column names come from the file)"
         )
     tables: list[pa.Table] = []
+    notes: list[str] = []
     for path in files:
         shown = _shown(path, root)
         if fmt in ("csv", "tsv"):
-            table = _read_csv(path, shown, fmt, delimiter, d)
+            table, index = _read_csv(path, shown, fmt, delimiter, d)
+            if index:
+                notes.append(
+                    f"{shown}: dropped its first column: it has no header and holds a different integer in every "
+                    "row, the index pandas' to_csv writes by default (row labels, not data)"
+                )
         elif fmt == "jsonl":
             table = _read_jsonl(path, shown, d.encoding)
         else:
@@ -172,7 +180,7 @@ def read_source(d: DataParams, root: Path) -> RawTable:
         if len(counts) == 1
         else np.concatenate([np.arange(c, dtype=np.int64) for c in counts])
     )
-    raw = RawTable(frame, d.source, files, file_index, record, fmt, root, delimiter, d.encoding, d.header)
+    raw = RawTable(frame, d.source, files, file_index, record, fmt, root, delimiter, d.encoding, d.header, notes=notes)
     if d.image_column is not None:
         read_images(raw, d.image_column)
     return raw
@@ -263,7 +271,8 @@ def _read_builtin(source: str) -> RawTable:
     return RawTable(frame, source, [], np.zeros(n, dtype=np.int32), np.arange(n, dtype=np.int64), "builtin")
 
 
-def _read_csv(path: Path, shown: str, fmt: str, delimiter: str, d: DataParams) -> pa.Table:
+def _read_csv(path: Path, shown: str, fmt: str, delimiter: str, d: DataParams) -> tuple[pa.Table, bool]:
+    """The file's table, and whether its first column was a pandas index (dropped)."""
     names = list(d.columns) if d.columns is not None else None
     if names is not None:
         _check_unique(names, "data.columns names")  # "data.columns names 'a' more than once"
@@ -297,17 +306,35 @@ def _read_csv(path: Path, shown: str, fmt: str, delimiter: str, d: DataParams) -
         raise _decode_error(path, shown, delimiter, d) or DataError(
             f"data.source: {shown} has values that are not valid {d.encoding}; set data.encoding to the file's encoding"
         )
+    index = False
     if not d.header and names is None:
         table = table.rename_columns([f"column_{i + 1}" for i in range(table.num_columns)])
     elif d.header:
+        index = _pandas_index(table)
         fixed = [n if n != "" else f"column_{i + 1}" for i, n in enumerate(table.column_names)]
         if fixed != table.column_names:
             table = table.rename_columns(fixed)
+        if index:  # after naming the others, so that they keep the names of their positions in the file
+            table, fixed = table.remove_column(0), fixed[1:]
         if _repeated(fixed):
             line = _header_line(path, delimiter, d.encoding)
             _check_unique(fixed, f"data.source: {shown}, line {line}: the header names")
     _check_closed_quotes(table, path, shown, delimiter, d)
-    return table
+    return table, index
+
+
+def _pandas_index(table: pa.Table) -> bool:
+    """Whether the first column is the index pandas' `to_csv` writes by default (Parquet keeps it in metadata, see
+    `_read_parquet`): an empty header over a different integer in every row (0..n-1, in any order after a shuffle, or
+    fewer after a filter). Such row labels would become a feature, and one that follows the row order."""
+    if table.num_columns < 2 or table.column_names[0] != "":
+        return False
+    column = table.column(0)
+    return (
+        pa.types.is_integer(column.type)
+        and column.null_count == 0
+        and pc.count_distinct(column).as_py() == table.num_rows
+    )
 
 
 def _check_closed_quotes(table: pa.Table, path: Path, shown: str, delimiter: str, d: DataParams) -> None:

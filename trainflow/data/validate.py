@@ -8,7 +8,9 @@ per-value Python runs only over a column's distinct values or to build an error 
 
 from __future__ import annotations
 
+import json
 import math
+import shlex
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -16,6 +18,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 import pandas as pd
+import yaml
 from pandas.api.types import (
     infer_dtype,
     is_bool_dtype,
@@ -41,6 +44,8 @@ CLASSES_MIN_ROWS = 10
 INT_CODED_MAX = 100
 # A classification target (task auto) whose classes are mostly one row each is a number read as labels: an error.
 SINGLETON_CLASSES_MAX = 0.5
+# An id-like feature (see `_id_like`) is warned of in tables of at least this many rows.
+ID_MIN_ROWS = 20
 BOOL_WORDS = {"true": True, "false": False, "yes": True, "no": False}
 ISO_DATE = r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}(?::?\d{2})?)?)?"
 ISO_TZ = r"(?:Z|[+-]\d{2}(?::?\d{2})?)$"
@@ -67,6 +72,7 @@ class _Column:
     kind: str  # a Kind, or MISSING_KIND
     values: Any  # np.ndarray or pandas ExtensionArray, one value per raw row
     problem: DataError | None = None  # raised after the drift check, so drift is reported first
+    distinct: int | None = None  # categorical: how many distinct values (one per row: an id)
 
 
 @dataclass
@@ -99,6 +105,7 @@ def infer_schema(table: Table, d: DataParams, previous: Schema | None = None) ->
     for col in cols:
         if col.problem is not None:
             raise col.problem
+    _warn_of_ids(d, [c for c in cols if c.name in features], len(frame))
     target = _target(table, d, columns[d.target], previous)
 
     n = len(frame)
@@ -204,6 +211,8 @@ def _check_columns(table: Table, d: DataParams) -> dict[str, Any]:
         raise DataError(f"{src}: the data has no rows; point data.source at a file with data")
     available = f"the columns are: {_names(columns)}"
     if d.target not in columns:
+        if len(columns) == 1 and (hint := _delimiter_hint(next(iter(columns)), getattr(table, "delimiter", None))):
+            raise DataError(f"{src}: data.target {d.target!r} is not a column; {hint}")
         raise DataError(f"{src}: data.target {d.target!r} is not a column; {available}. Set data.target to one of them")
     problems = []
     for key, names in (("data.features", d.features or []), ("data.exclude", d.exclude)):
@@ -230,6 +239,24 @@ def _check_columns(table: Table, d: DataParams) -> dict[str, Any]:
     return columns
 
 
+# Delimiters a header read as one column may be split by instead.
+OTHER_DELIMITERS = (";", "\t", "|", ",")
+
+
+def _delimiter_hint(header: str, delimiter: str | None) -> str | None:
+    """The header was read as one column: when it holds another delimiter, the data.delimiter to set."""
+    counts = {c: header.count(c) for c in OTHER_DELIMITERS if c != delimiter}
+    found = max(counts, key=lambda c: counts[c], default=None)
+    if found is None or counts[found] == 0:
+        return None
+    read_by = f" (delimiter {delimiter!r})" if delimiter else ""
+    # The value as quoted YAML (JSON): `,` and `|` alone are not plain YAML strings, "\t" is a tab.
+    return (
+        f"the whole header {header!r} was read as one column{read_by}, but it holds {counts[found]} {found!r}: the "
+        f"file is delimited by {found!r}. Set data.delimiter: -S 'data.delimiter={json.dumps(found)}'"
+    )
+
+
 def _features(table: Table, d: DataParams, columns: dict[str, Any], image: str | None = None) -> list[str]:
     if image is not None:  # an image is modelled on its own (as a text is, but no table features beside it)
         if d.features is not None or d.text_column is not None:
@@ -249,6 +276,65 @@ def _features(table: Table, d: DataParams, columns: dict[str, Any], image: str |
             f"(the columns are: {_names(columns)}); name some in data.features or shorten data.exclude"
         )
     return features
+
+
+def _id_like(col: _Column, n: int) -> str | None:
+    """Why a feature column looks like a row id rather than a measurement, or None: a different value in every row
+    (integers or text; a float measurement differs in every row too, so floats are not ids), or integers that follow
+    the row order (a row counter, an auto-increment key). An id lets a model learn the row order instead of the data,
+    and with rows sorted by the label, the label itself."""
+    if n < ID_MIN_ROWS:
+        return None  # a different value in each of a few rows is chance
+    if col.kind == "categorical":
+        return "a different value in every row" if col.distinct == n else None
+    if col.kind != "numeric":
+        return None
+    values = col.values
+    head = values[:1024]  # most measurements show a fraction or a gap early: the full-column passes below are skipped
+    if np.isnan(head).any() or (head != np.round(head)).any() or np.isnan(values).any():
+        return None
+    if (values != np.round(values)).any():
+        return None
+    steps = np.diff(values)
+    rising, falling = bool((steps >= 0).all()), bool((steps <= 0).all())
+    if (rising and (steps > 0).all()) or (falling and (steps < 0).all()):
+        return "a different integer in every row, in row order"
+    distinct = len(pd.unique(values))  # one hash pass, for integer columns only
+    if distinct == n:
+        return "a different integer in every row"
+    if (rising or falling) and distinct * 2 >= n:
+        return f"integers that {'rise' if rising else 'fall'} with the row order"
+    return None
+
+
+def _warn_of_ids(d: DataParams, cols: list[_Column], n: int) -> None:
+    """A warning, not an error: a unique code can be a real feature (a zip code), which only the user knows."""
+    found = {c.name: why for c in cols if (why := _id_like(c, n))}
+    if not found:
+        return
+    if d.features is not None:
+        setting = "data.features=" + _yaml_list([c for c in d.features if c not in found])
+    else:
+        setting = "data.exclude=" + _yaml_list([*d.exclude, *found])
+    listed = ", ".join(f"{name!r} ({why})" for name, why in found.items())
+    print(
+        f"ingest: warning: features that look like ids, not measurements: {listed}. A model memorises rows by an "
+        "id instead of learning from the data (and where rows are sorted by the label, an id gives it away). If they "
+        f"are ids, leave them out: -S {shlex.quote(setting)}",
+        file=sys.stderr,
+    )
+
+
+def _yaml_list(names: list[str]) -> str:
+    """`[a, b]` as a flow list in YAML, a name quoted where YAML would read it as something else."""
+
+    def plain(name: str) -> bool:
+        try:
+            return bool(yaml.safe_load(f"[{name}]") == [name])
+        except yaml.YAMLError:
+            return False
+
+    return "[" + ", ".join(n if plain(n) else json.dumps(n) for n in names) + "]"  # JSON strings are YAML
 
 
 def _hint(d: DataParams, column: str) -> str:
@@ -434,7 +520,7 @@ def _strings(table: Table, d: DataParams, name: str, s: pd.Series) -> _Column:
     index, categories = pd.factorize(text)
     if len(categories) < len(raw):
         codes = _per_row(index, -1, codes)
-    return _Column(name, "categorical", _per_row(categories, None, codes))
+    return _Column(name, "categorical", _per_row(categories, None, codes), distinct=len(categories))
 
 
 def _text(table: Table, name: str, label: Any) -> _Column:

@@ -8,8 +8,9 @@ from typing import Any
 from trainflow.data.schema import Schema
 from trainflow.data.sources import read_source
 from trainflow.data.validate import infer_schema, schema_params
+from trainflow.errors import ParamsError
 from trainflow.io import atomic_dir, write_json
-from trainflow.params import DataParams, PipelineParams
+from trainflow.params import DataParams, PipelineParams, source_outside
 from trainflow.paths import Paths
 
 
@@ -37,7 +38,11 @@ def run(params: PipelineParams, paths: Paths, accept_schema: bool = False) -> di
     """Ingest data.source. `accept_schema`: take the data's schema as it is now, without the drift check against the
     previous ingest (`trainflow stage ingest --accept-schema`, when the source changed on purpose)."""
     d = params.data
+    if outside := source_outside(d.source, paths.root):  # load_params refuses it; params built otherwise meet it here
+        raise ParamsError(str(paths.params), [("data.source", outside)])
     table = read_source(d, paths.root)
+    for note in table.notes:
+        print(f"ingest: {note}", file=sys.stderr)
     previous = None if accept_schema else previous_schema(paths, d)
     schema, frame = infer_schema(table, d, previous)
     with atomic_dir(paths.processed) as tmp:
