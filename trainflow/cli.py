@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import shlex
 import sys
 import traceback
 from collections.abc import Sequence
@@ -31,7 +33,8 @@ ENV_DEFAULTS = {
 OVERRIDES_WRITTEN = (
     "-S KEY=VALUE sets a parameter of params.yaml (dotted path, YAML value, as `dvc exp run -S`): it is validated, "
     "then written into params.yaml (comments kept) so DVC's record of what ran stays true. If the command then fails "
-    "on your params or data (exit code 2), params.yaml is put back as it was."
+    "on your params or data (exit code 2), params.yaml is put back as it was, and if stages had already run with the "
+    "overrides, the message names them and what to run to make the outputs consistent again."
 )
 OUTPUTS = (
     "Outputs: data/processed/ (typed table, schema), data/splits/ (train/val/test), models/checkpoints/ (resume "
@@ -54,8 +57,32 @@ def _overrides(parser: argparse.ArgumentParser, written: bool = True) -> None:
     )
 
 
+def package_version() -> str:
+    """The installed trainflow's version (its package metadata); the source's own outside an installed copy."""
+    import importlib.metadata  # ~40 ms to import: only for --version, so `trainflow --help` stays instant
+
+    try:
+        return importlib.metadata.version("trainflow")
+    except importlib.metadata.PackageNotFoundError:
+        from trainflow import __version__
+
+        return __version__
+
+
+class _VersionAction(argparse.Action):
+    """argparse's `version` action, with the version looked up only when --version is given."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        print(f"{parser.prog} {package_version()}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trainflow", description=__doc__)
+    parser.add_argument("--version", action=_VersionAction, help="print trainflow's version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     stage = sub.add_parser(
         "stage",
@@ -98,7 +125,13 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--batch-size", type=int, default=None, help="rows per forward pass (default 1024)")
     params = sub.add_parser("params", help="check params.yaml or print its JSON Schema")
     psub = params.add_subparsers(dest="action", required=True)
-    check = psub.add_parser("check", help="validate params.yaml (with -S overrides); changes nothing")
+    check = psub.add_parser(
+        "check",
+        help="validate params.yaml (with -S overrides); changes nothing",
+        description="Validate params.yaml with the -S overrides; changes nothing. Valid: exit 0, the resolved params "
+        "(every field, defaults included) as JSON on stdout, e.g. `trainflow params check | jq .train.lr`. Invalid: "
+        "exit 2, every problem with its dotted path on stderr, nothing on stdout.",
+    )
     _overrides(check, written=False)
     schema = psub.add_parser("schema", help="print the JSON Schema of params.yaml")
     _overrides(schema, written=False)
@@ -156,7 +189,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+SIGPIPE_EXIT = 141  # 128 + SIGPIPE: what a shell shows for a program stopped by a closed pipe
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Every command; a reader that stops early (`trainflow models list | head -1`) ends it quietly, exit 141."""
+    try:
+        try:
+            return _main(argv)
+        finally:
+            sys.stdout.flush()  # a closed pipe shows here, not as a traceback at the interpreter's exit
+    except BrokenPipeError:
+        # Python ignores SIGPIPE, so a write to a closed pipe raises. Point stdout at /dev/null, or the interpreter's
+        # own flush at exit fails on what is still buffered and prints "Exception ignored ... BrokenPipeError".
+        with contextlib.suppress(OSError, ValueError):  # ValueError: stdout replaced by one without a descriptor
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        return SIGPIPE_EXIT
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     for key, value in ENV_DEFAULTS.items():
         os.environ.setdefault(key, value)
@@ -164,10 +216,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _dispatch(args)
     except (UserError, ServiceError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        for note in getattr(exc, "__notes__", ()):  # what to do next, added on the way out (see _dispatch)
+            print(note, file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted; finished outputs are intact, rerun to continue", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        raise  # the reader went away: main() ends quietly
     except Exception:  # noqa: BLE001 - last-resort handler: show the traceback, exit 1
         traceback.print_exc()
         return 1
@@ -183,9 +239,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         if args.action == "schema":
             print(json.dumps(schema(), indent=2))
         else:
-            print(f"{paths.params}: ok")
-            if args.overrides:
-                print(json.dumps(params.model_dump(), indent=2))
+            print(f"{paths.params}: ok" + (" with the -S overrides" if args.overrides else ""), file=sys.stderr)
+            print(json.dumps(params.model_dump(mode="json"), indent=2))  # stdout is JSON alone, for jq and scripts
         return 0
     if args.command == "predict":
         from trainflow import tracking
@@ -217,17 +272,62 @@ def _dispatch(args: argparse.Namespace) -> int:
     command = "trainflow run" if args.command == "run" else f"trainflow stage {args.name}"
     with workspace.hold(paths.root, command):
         before = paths.params.read_bytes()
+        lock_before = locked_stages(paths.root) if args.overrides else {}
         write_overrides(paths.params, args.overrides)  # DVC's record stays true: the file holds what ran
         try:
             return _run(args, paths)
-        except UserError:
+        except UserError as exc:
             if args.overrides and paths.params.read_bytes() != before:  # the overrides led to the error: not kept
                 from trainflow.io import atomic_path
 
                 with atomic_path(paths.params) as tmp:
                     tmp.write_bytes(before)
                 print(f"{paths.params}: put back as it was before -S (the command failed on them)", file=sys.stderr)
+                if advice := rebuild_advice(args.overrides, lock_before, locked_stages(paths.root)):
+                    exc.add_note(advice)
             raise
+
+
+def locked_stages(root: Path) -> dict[str, object]:
+    """dvc.lock's record of each stage (what ran, with which params, giving which outputs); {} without one."""
+    import yaml
+
+    try:
+        lock = yaml.safe_load((root / "dvc.lock").read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return {}
+    stages = lock.get("stages") if isinstance(lock, dict) else None
+    return stages if isinstance(stages, dict) else {}
+
+
+def rebuild_advice(overrides: Sequence[str], before: dict[str, object], after: dict[str, object]) -> str | None:
+    """What to run after a `trainflow run -S` that failed once some stages had run (and been recorded) with the -S
+    params: params.yaml is put back, so their outputs and those of the stages after them come from two sets of params
+    (new splits beside the old model). None when no stage's record changed."""
+    ran = [s for s in STAGES if s in after and after[s] != before.get(s)]
+    if not ran:
+        return None
+    records = [after[stage] for stage in ran]
+    outs = [str(o["path"]) for r in records if isinstance(r, dict) for o in r.get("outs", []) if "path" in o]
+    later = STAGES[STAGES.index(ran[-1]) + 1 :]
+    said = _and(ran)
+    mixed = (
+        f", while those of {_and(later)} are still from the params before: they do not fit together (e.g. new "
+        "splits beside the old model, which `trainflow stage evaluate` can fail on)"
+        if later
+        else ", not from params.yaml as it is now"
+    )
+    sets = " ".join(f"-S {shlex.quote(o)}" for o in overrides)
+    return (
+        f"Before the failure, {said} ran with the -S params and DVC recorded them: "
+        f"{', '.join(outs) or 'their outputs'} now come from those params{mixed}. To rebuild every output from "
+        f"params.yaml as it is now, run `trainflow run` (or `dvc repro`): it reruns {said} and whatever depends on "
+        f"them. To keep the -S params instead, fix what failed, then run `trainflow run {sets}`."
+    )
+
+
+def _and(names: Sequence[str]) -> str:
+    return ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else "".join(names)
 
 
 def _tune(args: argparse.Namespace, paths: Paths) -> int:
@@ -294,20 +394,29 @@ def _models(args: argparse.Namespace, paths: Paths) -> int:
 
 
 def models_table(name: str, versions: list[dict[str, object]]) -> str:
-    """`trainflow models list`: one row per version, the test metrics as columns."""
+    """`trainflow models list`: one row per version, the test metrics as columns, then what it predicts (target and
+    task, from the version's tags) and on which data."""
     metrics = sorted({m for v in versions for m in v["metrics"]})  # type: ignore[attr-defined]
-    header = ["version", "aliases", *metrics, "data_hash", "run", "became champion"]
+    header = ["version", "aliases", *metrics, "target", "task", "data_hash", "run", "became champion"]
     rows = []
     for v in versions:
         got: dict[str, float] = v["metrics"]  # type: ignore[assignment]
         cells = [str(v["version"]), ",".join(v["aliases"]) or "-"]  # type: ignore[arg-type]
-        cells += [f"{got[m]:.4f}" if m in got else "-" for m in metrics]
+        cells += [metric_cell(m, got[m]) if m in got else "-" for m in metrics]
+        cells += [str(v.get("target") or "-"), str(v.get("task") or "-")]
         cells += [str(v["data_hash"])[:12] or "-", str(v["run_id"])[:12], str(v["champion_change"]) or "-"]
         rows.append(cells)
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = [f"{name}: {len(versions)} version{'s' if len(versions) != 1 else ''}"]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows]]
     return "\n".join(lines)
+
+
+def metric_cell(name: str, value: float) -> str:
+    """A count (n_test: the registry keeps every metric as a float) as an integer, any other metric to 4 decimals."""
+    if name.startswith("n_") and float(value).is_integer():
+        return str(int(value))
+    return f"{value:.4f}"
 
 
 def _run(args: argparse.Namespace, paths: Paths) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import numpy as np
@@ -71,27 +72,62 @@ def decile_bins(actual: np.ndarray, predicted: np.ndarray) -> tuple[np.ndarray, 
     return binned(actual), binned(predicted)
 
 
-def confusion_matrix(actual: np.ndarray, predicted: np.ndarray, classes: list[str], png: Path) -> None:
-    """A confusion matrix image of at most MAX_CLASSES classes (the most frequent; the rest as "other")."""
-    plt = _figure()
+def display_order(names: list[str]) -> list[int]:
+    """The order to show classes in: by value when every name is a number ("2" before "10"), else as given, which is
+    the model's own order (index i is class i: ingest sorts the labels, by value when they are numbers). OTHER, the
+    merged rare classes, stays last."""
+    body = [i for i, n in enumerate(names) if n != OTHER]
+    with contextlib.suppress(ValueError):  # text labels: the model's order
+        body.sort(key=lambda i: float(names[i]))  # stable: equal values keep the model's order
+    return body + [i for i, n in enumerate(names) if n == OTHER]
+
+
+def confusion_counts(actual: np.ndarray, predicted: np.ndarray, classes: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(counts, names): counts[i, j] = test rows of actual class names[i] predicted as names[j], for at most
+    MAX_CLASSES classes (top_classes), in display_order."""
     actual, predicted, names = top_classes(actual, predicted, classes)
     k = len(names)
     counts = np.zeros((k, k), dtype=np.int64)
     np.add.at(counts, (actual, predicted), 1)
-    side = min(12.0, 1.0 + 0.5 * k)  # at most 1,200 pixels a side
-    fig, ax = plt.subplots(figsize=(side, side))
-    ax.imshow(counts, cmap="Blues")
+    order = display_order(list(names))
+    return counts[np.ix_(order, order)], names[order]
+
+
+def row_rates(counts: np.ndarray) -> np.ndarray:
+    """Each row of `counts` as shares of its sum (the recall of its class on the diagonal); NaN for a class without
+    test rows."""
+    totals = counts.sum(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(totals > 0, counts / np.maximum(totals, 1), np.nan)
+
+
+MIN_SIDE = 5.0  # inches (500 px at dpi 100): two classes still fit their two-line cells, the title and the colour bar
+
+
+def confusion_matrix(actual: np.ndarray, predicted: np.ndarray, classes: list[str], png: Path) -> None:
+    """A confusion matrix image of at most MAX_CLASSES classes (the most frequent; the rest as "other"): each cell the
+    share of its row (how the test rows of that actual class were predicted) over the count, coloured by the share,
+    so a rare class reads as well as a common one."""
+    plt = _figure()
+    counts, names = confusion_counts(actual, predicted, classes)
+    rates = row_rates(counts)
+    k = len(names)
+    side = min(11.0, max(MIN_SIDE, 1.0 + 0.5 * k))
+    fig, ax = plt.subplots(figsize=(side + 1.0, side))  # + an inch for the colour bar: at most 1,200 x 1,100 pixels
+    image = ax.imshow(np.nan_to_num(rates), cmap="Blues", vmin=0.0, vmax=1.0)
+    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="share of the actual class's test rows")
+    size = 11 if k <= 5 else 9 if k <= 10 else 7
     for i in range(k):
         for j in range(k):
             if counts[i, j]:
                 ax.text(
                     j,
                     i,
-                    str(counts[i, j]),
+                    f"{rates[i, j]:.0%}\n({counts[i, j]})" if rates[i, j] >= 0.005 else f"<1%\n({counts[i, j]})",
                     ha="center",
                     va="center",
-                    fontsize=8,
-                    color="white" if counts[i, j] > counts.max() / 2 else "black",
+                    fontsize=size,
+                    color="white" if rates[i, j] > 0.5 else "black",
                 )
     title = (
         "Confusion matrix (test)" if k == len(classes) else f"Confusion matrix (test): top {k - 1} of {len(classes)}"
@@ -103,8 +139,8 @@ def confusion_matrix(actual: np.ndarray, predicted: np.ndarray, classes: list[st
         yticklabels=names,
         xlabel="predicted",
         ylabel="actual",
-        title=title,
     )
+    ax.set_title(f"{title}\neach cell: % of the actual class's rows (count)", fontsize=11)
     plt.setp(ax.get_xticklabels(), rotation=45, ha="right")
     fig.tight_layout()
     with atomic_path(png) as tmp:

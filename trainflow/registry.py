@@ -366,6 +366,8 @@ def list_versions(name: str) -> list[dict[str, Any]]:
                 "version": int(v.version),
                 "aliases": sorted(aliases.get(int(v.version), [])),
                 "metrics": tagged_metrics(v),
+                "target": v.tags.get("target", ""),
+                "task": v.tags.get("task", ""),
                 "data_hash": v.tags.get("data_hash", ""),
                 "run_id": v.run_id,
                 "created": v.creation_timestamp,

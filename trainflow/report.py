@@ -137,6 +137,8 @@ def registry_markdown(reg: dict[str, Any]) -> str:
         "",
         f"Load the champion: `mlflow.pyfunc.load_model('models:/{name}@champion')`",
     ]
+    if not reg.get("champion"):
+        parts += ["", f"Load this run's version: `mlflow.pyfunc.load_model('{reg['model_uri']}')`"]
     tags = reg.get("tags") or {}
     if tags:
         parts += [
@@ -181,6 +183,8 @@ def summary(paths: Paths, results: dict[str, Any]) -> str:
     if paths.split_schema.is_file():
         schema = Schema.read(paths.split_schema)
         lines.append(f"  task:     {schema.task} ({schema.task_reason or 'from the schema'})")
+        if chosen := features_line(schema):
+            lines.append(f"  features: {chosen}")
     if paths.metrics.is_file():
         metrics = read_json(paths.metrics)
         shown = ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items())
@@ -195,5 +199,29 @@ def summary(paths: Paths, results: dict[str, Any]) -> str:
         lines.append(f"  registry: {reg['model_uri']} ({champ}; {reg['gate_metric']}={reg['value']:.4f})")
         if reg.get("decision"):
             lines.append(f"  decision: {reg['decision']}")
-        lines.append(f"  load it:  mlflow.pyfunc.load_model('models:/{reg['model_name']}@champion')")
+        lines.append(f"  load it:  mlflow.pyfunc.load_model('{load_uri(reg)}')")
     return "\n".join(lines)
+
+
+def load_uri(reg: dict[str, Any]) -> str:
+    """The URI that loads this run's model: the champion alias when its version became champion, else the version
+    itself (the champion is then another model, maybe of another data set under the same register.model_name)."""
+    return f"models:/{reg['model_name']}@champion" if reg.get("champion") else str(reg["model_uri"])
+
+
+MAX_LISTED = 12  # feature names the summary lists before "... (N more)"
+
+
+def features_line(schema: Schema) -> str | None:
+    """The features the splits (and so the model) were built with, when data.features or data.exclude chose them:
+    -S overrides persist in params.yaml, and the summary says what they left in. None when neither is set."""
+    chosen, excluded = schema.data_params.get("features"), schema.data_params.get("exclude") or []
+    if chosen is None and not excluded:
+        return None
+    names = [*schema.features, *(c for c in (schema.text_column, schema.image_column) if c)]
+    shown = ", ".join(names[:MAX_LISTED]) + (
+        f", ... ({len(names) - MAX_LISTED} more)" if len(names) > MAX_LISTED else ""
+    )
+    why = [f"data.features: [{', '.join(chosen)}]"] if chosen is not None else []
+    why += [f"data.exclude: [{', '.join(excluded)}]"] if excluded else []
+    return f"{len(names)} used: {shown or 'none'} ({'; '.join(why)})"

@@ -44,6 +44,7 @@ from trainflow.engine.ema import EMA
 from trainflow.engine.objective import Objective
 from trainflow.engine.optim import build_optimizer, plan_groups
 from trainflow.engine.precision import Precision, configure_backends
+from trainflow.engine.progress import Progress, progress
 from trainflow.engine.schedule import Plateau, lr_table
 from trainflow.errors import ParamsError, UserError
 from trainflow.io import failpoint
@@ -398,17 +399,7 @@ class Trainer:
             self.prepare(train)  # the updates left from where the checkpoint is
         total = self.plan.total
         s = self.state
-        from tqdm.auto import tqdm
-
-        bar = tqdm(
-            total=total,
-            initial=s.updates,
-            unit="upd",
-            desc="train",
-            disable=not (p.progress and self.group.is_main),
-            file=sys.stderr,
-            dynamic_ncols=True,
-        )
+        bar = progress(total, initial=s.updates, unit="upd", desc="train", enabled=p.progress and self.group.is_main)
         self._clock = (time.perf_counter(), s.samples, s.tokens, self._flops)
         self._logged_at = s.updates
         anomaly = torch.autograd.detect_anomaly() if p.detect_anomaly else contextlib.nullcontext()
@@ -434,7 +425,7 @@ class Trainer:
         self._load_best()
         return s
 
-    def _run_epoch(self, train: Dataset, val: Dataset, bar: Any) -> None:
+    def _run_epoch(self, train: Dataset, val: Dataset, bar: Progress) -> None:
         p, s, plan = self.p, self.state, self.plan
         if s.position >= plan.epoch_samples:
             # Resumed past this epoch's end: with windows of another size (another batch size or world size),
@@ -528,7 +519,7 @@ class Trainer:
         """The mean train loss over `terms` loss terms, in the units the objective reports (regression: target's)."""
         return loss_sum / max(terms, 1) * self.objective.loss_unit
 
-    def _log(self, bar: Any) -> None:
+    def _log(self, bar: Progress) -> None:
         s = self.state
         dev = self._sync()
         t0, samples0, tokens0, flops0 = self._clock

@@ -146,8 +146,7 @@ def work(params: PipelineParams, root: Path, budget: int, data: str, code: str, 
 def _work_locally(s: Any, workers: int) -> list[str]:
     """`workers` worker processes (`python -m trainflow.tune.worker`), each with its share of the cores; a progress
     bar of ended trials meanwhile. Returns the workers that did not exit cleanly."""
-    from tqdm.auto import tqdm
-
+    from trainflow.engine.progress import progress
     from trainflow.tune.study import say
 
     budget = s.budget
@@ -161,7 +160,7 @@ def _work_locally(s: Any, workers: int) -> list[str]:
         proc.stdin.write(spec.encode())
         proc.stdin.close()
         procs.append(proc)
-    bar = tqdm(total=budget, initial=s.terminal(), unit="trial", desc="tune", file=sys.stderr, dynamic_ncols=True)
+    bar = progress(budget, initial=s.terminal(), unit="trial", desc="tune")  # plain lines when stderr is a log
     try:
         while any(p.poll() is None for p in procs):
             time.sleep(1.0)
