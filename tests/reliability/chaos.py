@@ -242,8 +242,9 @@ def outputs_load(ws: Workspace) -> list[str]:
     registered = reports["registration.json"]["tags"]
     if registered["model_sha256"] != model_hash(root / "models/final"):
         problems.append("registration.json names a version of another model than models/final")
-    elif registered["mlflow_run_id"] != reports["train_run.json"]["run_id"] and "no new version" not in (
-        reports["registration.json"]["decision"]
+    elif (
+        registered["mlflow_run_id"] != reports["train_run.json"]["run_id"]
+        and "no new version" not in (reports["registration.json"]["decision"])
     ):
         problems.append("registration.json registered another run than train_run.json names")
     return problems
