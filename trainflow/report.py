@@ -194,8 +194,8 @@ def summary(paths: Paths, results: dict[str, Any]) -> str:
     if paths.registration.is_file():
         reg = read_json(paths.registration)
         champ = "now champion" if reg["champion"] else f"champion stays version {reg['champion_version']}"
-        if results.get("register", {}).get("skipped"):
-            champ = f"registered by an earlier run; {champ}"
+        if results.get("register", {}).get("skipped") or str(reg.get("decision", "")).startswith("no new version"):
+            champ = "registered by an earlier run; " + ("champion" if reg["champion"] else champ)
         lines.append(f"  registry: {reg['model_uri']} ({champ}; {reg['gate_metric']}={reg['value']:.4f})")
         if reg.get("decision"):
             lines.append(f"  decision: {reg['decision']}")

@@ -62,6 +62,11 @@ def test_a_rerun_for_a_setting_that_changes_nothing_exports_the_same_bytes_and_r
     assert reg["version"] == 1 and reg["champion"] is True and reg["model_uri"] == "models:/blobs/1"
     assert reg["decision"].startswith(f"no new version: run {second_run} exported byte for byte the model of version 1")
     assert reg["tags"]["mlflow_run_id"] == first_run  # the version's lineage, not the resumed run's
+    from trainflow.report import summary
+
+    said = summary(paths, {s: {} for s in ("train", "evaluate", "register")})
+    assert "registry: models:/blobs/1 (registered by an earlier run; champion;" in said
+    assert "load it:  mlflow.pyfunc.load_model('models:/blobs@champion')" in said
     assert {k: str(v) for k, v in client.get_registered_model("blobs").aliases.items()} == {
         "champion": "1",
         "challenger": "1",
