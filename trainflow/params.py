@@ -117,22 +117,28 @@ class DataParams(Section):
 _GLOB_CHARS = re.compile(r"[*?\[]")
 
 
-def source_outside(source: str, root: Path) -> str | None:
-    """Why data.source cannot be used from the project at `root`, or None: it names files outside the project.
+RAW = "data/raw"  # what the ingest stage depends on in dvc.yaml: the only data DVC watches for it
 
-    DVC hashes only what lies inside the project, so a file outside it can change (rows appended) while `dvc status`
-    stays clean and the model goes stale. Outside = outside both as written (`..` collapsed) and with symlinks
-    resolved: a project reached through a symlink, or data/raw/x.csv linking elsewhere, is inside it as written."""
+
+def source_outside(source: str, root: Path) -> str | None:
+    """Why data.source cannot be used from the project at `root`, or None: it names files outside data/raw/.
+
+    The ingest stage's DVC dependency is data/raw/, so a file anywhere else (outside the project, or in it but not
+    under data/raw/) can change (rows appended) while `dvc status` stays clean and the model goes stale. Outside =
+    outside both as written (`..` collapsed) and with symlinks resolved: a project reached through a symlink, or
+    data/raw/x.csv linking elsewhere, is inside it as written."""
     if source.startswith("builtin:"):
         return None
     given = Path(os.path.expanduser(source))
     full = Path(os.path.normpath(given if given.is_absolute() else root / given))
-    if full.is_relative_to(os.path.normpath(root)) or full.resolve().is_relative_to(root.resolve()):
+    raw = root / RAW
+    if full.is_relative_to(os.path.normpath(raw)) or full.resolve().is_relative_to(raw.resolve()):
         return None
+    where = "the project" if not full.resolve().is_relative_to(root.resolve()) else f"{RAW}/"
     return (
-        f"{source} is outside the project ({root}): DVC sees no change to files outside it, so rows added there "
-        f"later would leave `dvc status` clean and the model stale. Copy it into the project and track it: "
-        f"{_copy_in(full)}"
+        f"{source} is outside {where} ({root / RAW if where != 'the project' else root}): DVC watches only {RAW}/ "
+        f"for the ingest stage, so rows added to it later would leave `dvc status` clean and the model stale. Copy "
+        f"it into {RAW}/ and track it: {_copy_in(full)}"
     )
 
 
@@ -141,7 +147,7 @@ def _copy_in(full: Path) -> str:
     README's "Your data" does, then the data.source that names the copy."""
     from shlex import quote
 
-    raw = "data/raw"
+    raw = RAW
     if _GLOB_CHARS.search(full.as_posix()):  # the files of a glob go to a folder named as theirs; the glob moves along
         folder = next(p for p in full.parents if not _GLOB_CHARS.search(p.as_posix()))
         inside = full.relative_to(folder).as_posix()

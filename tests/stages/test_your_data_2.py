@@ -76,6 +76,28 @@ def test_a_source_outside_the_project_is_refused_and_copying_it_in_as_advised_wo
     assert len(pd.read_parquet(Paths(root).table)) == len(frame)
 
 
+def test_a_source_in_the_project_but_outside_data_raw_is_refused_too_and_the_advice_works(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """dvc.yaml's ingest depends on data/raw/ alone: rows appended to a file at the project's root left `dvc status`
+    clean (a stale model, as for a file outside the project)."""
+    root = make_project(tmp_path / "proj", {"data.target": "label", "train.progress": "false"})
+    frame = blobs(n=60)
+    frame.to_csv(root / "mydata.csv", index=False)
+    assert trainflow(root, monkeypatch, "stage", "ingest", "-S", "data.source=mydata.csv") == 2
+    err = capsys.readouterr().err
+    assert "data.source: mydata.csv is outside data/raw/" in err and "stale" in err
+    command = re.search(r"`(cp [^`]+)`", err)
+    assert (
+        command is not None and command.group(1) == f"cp {root / 'mydata.csv'} data/raw/ && dvc add data/raw/mydata.csv"
+    )
+    subprocess.run(["bash", "-c", command.group(1)], cwd=root, check=True, capture_output=True)
+    sets = overrides_in(err[err.index(command.group(0)) :])
+    assert sets == ["data.source=data/raw/mydata.csv"]
+    assert trainflow(root, monkeypatch, "stage", "ingest", *[a for s in sets for a in ("-S", s)]) == 0
+    assert len(pd.read_parquet(Paths(root).table)) == len(frame)
+
+
 def test_a_folder_or_glob_outside_the_project_gets_advice_for_it(tmp_path: Path) -> None:
     root = make_project(tmp_path / "proj")
     folder = tmp_path / "my data"
