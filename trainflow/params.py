@@ -94,6 +94,15 @@ class DataParams(Section):
         description="When data is ingested again, target labels the saved schema has not seen: error, or drop "
         "those rows (with a count on stderr).",
     )
+    memory_budget_mb: float | None = Field(
+        None,
+        gt=0,
+        description="Memory (MiB) the data of a stage may take; null = a quarter of this machine's memory. Splits "
+        "bigger than it are streamed: so far the train stage's tables, whose preprocessing is then fitted column by "
+        "column and whose preprocessed rows are read from a memory-mapped file (models/.streamed/), with the same "
+        "statistics, sample order and weights as in memory. It changes where data is held, never the model. "
+        "train.memory_budget_mb bounds the model's memory (batch_size auto), not the data's.",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> DataParams:

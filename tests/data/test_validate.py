@@ -59,9 +59,16 @@ def test_empty_table_and_unknown_columns_are_errors() -> None:
     assert "data.target 'y' is not a column" in message and "'x', 'label'" in message
 
     message = error({"x": [1.0, 2.0], "y": ["a", "b"]}, features=["x", "nope"], exclude=["gone"])
-    assert "data.features names columns that do not exist: 'nope'" in message
-    assert "data.exclude names columns that do not exist: 'gone'" in message
+    assert "data.features names columns that do not exist: 'nope' (for this data: -S 'data.features=[x]')" in message
+    assert "data.exclude names columns that do not exist: 'gone' (for this data: -S 'data.exclude=[]')" in message
     assert "the columns are: 'x', 'y'" in message
+    # The advice, followed: the -S values it gives validate against this table.
+    try:
+        run({"x": [1.0, 2.0], "y": ["a", "b"]}, None, features=["x"], exclude=[])
+    except DataError as exc:  # a two-row table may fail later checks, never this one
+        assert "do not exist" not in str(exc)
+    message = error({"x": [1.0, 2.0], "y": ["a", "b"]}, features=["nope"])
+    assert "(for this data: -S 'data.features=null')" in message
 
     message = error({"x": [1.0, 2.0], "y": ["a", "b"]}, text_column="body")
     assert "data.text_column 'body' is not a column" in message

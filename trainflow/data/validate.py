@@ -164,8 +164,9 @@ def infer_schema(table: Table, d: DataParams, previous: Schema | None = None) ->
 
 def schema_params(d: DataParams) -> dict[str, Any]:
     """The data params a schema follows from: a previous schema is the baseline for drift only under the same ones.
-    (What happens to rows — missing values, duplicates, unseen labels — does not change the schema.)"""
-    return d.model_dump(exclude={"missing", "missing_target", "duplicates", "unseen_labels"})
+    (What happens to rows — missing values, duplicates, unseen labels — does not change the schema, nor does where
+    the rows are held.)"""
+    return d.model_dump(exclude={"missing", "missing_target", "duplicates", "unseen_labels", "memory_budget_mb"})
 
 
 def raw_row_keys(frame: pd.DataFrame) -> np.ndarray:
@@ -218,7 +219,12 @@ def _check_columns(table: Table, d: DataParams) -> dict[str, Any]:
     for key, names in (("data.features", d.features or []), ("data.exclude", d.exclude)):
         unknown = [c for c in names if c not in columns]
         if unknown:
-            problems.append(f"{key} names columns that do not exist: {_names(unknown)}")
+            # Often an earlier run's -S, kept in params.yaml, meeting another data set: the setting for this one.
+            kept = [c for c in names if c in columns]
+            value = _yaml_list(kept) if kept or key == "data.exclude" else "null"
+            problems.append(
+                f"{key} names columns that do not exist: {_names(unknown)} (for this data: -S '{key}={value}')"
+            )
     if d.text_column is not None and d.text_column not in columns:
         problems.append(f"data.text_column {d.text_column!r} is not a column")
     if problems:

@@ -12,6 +12,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
 import torch
 
 from trainflow.engine.augment import Augment, apply
@@ -83,6 +84,46 @@ class TensorData:
 
     def subset(self, idx: torch.Tensor) -> TensorData:
         return TensorData(self.x[idx.to(self.device)], self.y[idx.to(self.device)], self.device)
+
+
+class MemmapData:
+    """A table larger than the memory budget: `x` [N, F] float32 and `y` [N] memory-mapped on the host (np.load with
+    mmap_mode="r"; trainflow.data.stream writes them). A batch is an index gather there, copied to the device: the
+    same rows in the same order as TensorData gathers, so the same updates bit for bit, while only the pages a batch
+    touches are read. The sample order stays the engine's (one permutation per (seed, epoch)), so exact accumulation
+    and resume across world sizes hold unchanged; the price is a random read per sample once the file is bigger than
+    the page cache (bench/random_access.py)."""
+
+    def __init__(self, x: np.ndarray, y: np.ndarray, device: torch.device | str = "cpu") -> None:
+        if len(x) != len(y):
+            raise ValueError(f"x has {len(x)} rows but y has {len(y)}")
+        self.x, self.y = x, y
+        self.device = torch.device(device)
+        self.index_device = torch.device("cpu")  # the gather happens in the host's page cache
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def _rows(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        i = idx.numpy()
+        return torch.from_numpy(self.x[i]), torch.from_numpy(self.y[i])  # fancy indexing copies: writable tensors
+
+    def batch(self, idx: torch.Tensor) -> Batch:
+        x, y = self._rows(idx)
+        return Batch({"x": _to(x, self.device)}, _to(y, self.device), count=len(idx))
+
+    def count(self, idx: torch.Tensor) -> int:
+        return len(idx)
+
+    def tokens(self, idx: torch.Tensor) -> int:
+        return 0
+
+    def to(self, device: torch.device) -> None:
+        self.device = device  # the data stays where it is; batches are copied there
+
+    def subset(self, idx: torch.Tensor) -> TensorData:
+        x, y = self._rows(idx.cpu())  # a subset (overfit_batches, a probe) is small: held in memory
+        return TensorData(x, y, self.device)
 
 
 class TextData:

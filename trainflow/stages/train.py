@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,11 +22,12 @@ import pandas as pd
 import torch
 
 from trainflow import plots, tracking
+from trainflow.data import stream
 from trainflow.data.preprocess import Preprocessor
 from trainflow.data.schema import Schema
 from trainflow.engine import batch_size, distributed
 from trainflow.engine.augment import Augment
-from trainflow.engine.data import Dataset, ImageData
+from trainflow.engine.data import Dataset, ImageData, MemmapData, TensorData, TextData
 from trainflow.engine.objective import Objective
 from trainflow.engine.precision import Precision, configure_backends, resolve_device, resolve_precision
 from trainflow.engine.trainer import Logger, NullLogger, Trainer
@@ -46,7 +48,7 @@ def class_weights(labels: np.ndarray, n_classes: int) -> list[float]:
 
 
 def objective(
-    params: PipelineParams, schema: Schema, pre: Preprocessor, train: pd.DataFrame, where: str, device: torch.device
+    params: PipelineParams, schema: Schema, pre: Preprocessor, train: Any, where: str, device: torch.device
 ) -> Objective:
     """The loss and metrics of the task, with train's regularisers (label smoothing, class weights)."""
     t = params.train
@@ -114,7 +116,7 @@ class Setup:
     source: dict[str, Any] | None
     precision: Precision
     data_hash: str
-    val_frame: pd.DataFrame
+    val_head: pd.DataFrame  # the first rows of the val split: the registered model's input example
     batch: batch_size.Choice | None = None  # what train.batch_size auto chose (None: a fixed batch size)
 
 
@@ -130,12 +132,25 @@ def setup(
     # CUBLAS_WORKSPACE_CONFIG once, when it starts (the Trainer sets the same again, for engine-only use).
     configure_backends(params.train, device)
     schema = Schema.read(paths.split_schema)
-    frames = {s: paths.read_split(s) for s in ("train", "val")}
+    files = {s: paths.split_file(s) for s in ("train", "val")}
+    table = not (schema.text_column or schema.image_column)
+    held = stream.choose(list(files.values()), params.data, table)
+    if group.is_main:
+        print(f"train: data {held.why}", file=sys.stderr)
+    # Streamed: the frames are read a column at a time (the fit, the class weights), then a block of rows at a time
+    # into memory-mapped files that batches are gathered from; in memory: whole, as DataFrames.
+    frames = {s: stream.ParquetColumns(f) if held.streamed else paths.read_split(s) for s, f in files.items()}
     pretrained = hf.resolve(params.model.name, paths.root) if hf.is_hf(params.model.name) else None
     tokenizer = hf.tokenizer(pretrained, params.features.max_length) if pretrained and schema.text_column else None
-    pre = Preprocessor.fit(frames["train"], schema, params.features, tokenizer)
+    pre = Preprocessor.fit(frames["train"], schema, params.features, tokenizer)  # type: ignore[arg-type]
     precision = resolve_precision(params.train.precision, device)
-    train, val = (model_inputs(pre, f, str(paths.split_file(s)), with_labels=True) for s, f in frames.items())
+    train: MemmapData | TensorData | TextData | ImageData
+    val: MemmapData | TensorData | TextData | ImageData
+    if held.streamed:
+        where = checkpoint_dir.parent / ".streamed" / f"rank{group.rank}"  # models/.streamed: rebuilt every run
+        train, val = (MemmapData(*stream.write_matrix(pre, f, where / s, str(f))) for s, f in files.items())
+    else:
+        train, val = (model_inputs(pre, f, str(files[s]), with_labels=True) for s, f in frames.items())
     if isinstance(train, ImageData):  # the train split alone is augmented: val is scored as evaluate scores test
         train.augment = Augment(**params.features.augment.model_dump())
     for data in (train, val):
@@ -175,7 +190,8 @@ def setup(
         logger=logger,
         group=group,
     )
-    return Setup(trainer, train, val, pre, schema, config, source, precision, dhash, frames["val"], choice)
+    val_head = stream.head(files["val"], 5)
+    return Setup(trainer, train, val, pre, schema, config, source, precision, dhash, val_head, choice)
 
 
 def _train(params: PipelineParams, paths: Paths, device: torch.device, group: distributed.Group) -> dict[str, Any]:
@@ -195,6 +211,8 @@ def _train(params: PipelineParams, paths: Paths, device: torch.device, group: di
         if group.is_main:
             run.finish("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
         raise
+    finally:
+        shutil.rmtree(paths.checkpoints.parent / ".streamed" / f"rank{group.rank}", ignore_errors=True)  # if any
     if trainer.resumed_from is not None:
         # This run's logs start at the update it resumed from; the evaluations before it are in the checkpoint's
         # history. Logged too, so a resumed run (an instant one, when tracking.tensorboard was just turned on) has
@@ -242,7 +260,7 @@ def _train(params: PipelineParams, paths: Paths, device: torch.device, group: di
     plots.training_curves(history, paths.plots / "training_curves.png")
     run.log_metrics({f"best_{params.train.monitor}": state.best_metric or math.nan})
     run.log_artifact(paths.plots / "training_curves.png", "plots")
-    run.log_model(paths.final, built.val_frame.head(5))
+    run.log_model(paths.final, built.val_head)
     run.finish()
     write_json(paths.train_run, {**run.record(), **this_run})
     return {**summary, **this_run, "mlflow_run_id": run.run_id}

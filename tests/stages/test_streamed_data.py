@@ -1,0 +1,119 @@
+"""A train split over data.memory_budget_mb is streamed (issue 26, the train stage's tables): the preprocessing fitted
+column by column equals the in-memory fit, batches gathered from the memory-mapped matrix are TensorData's, and the
+trained weights are the in-memory run's, bit for bit, also when a streamed run is resumed."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from conftest import make_project
+
+from trainflow.data import stream
+from trainflow.data.preprocess import Preprocessor
+from trainflow.data.schema import Schema
+from trainflow.engine.data import MemmapData, TensorData
+from trainflow.params import load_params, write_overrides
+from trainflow.paths import Paths
+from trainflow.predict import model_inputs
+from trainflow.stages import run_stage
+
+
+def table(n: int = 400, seed: int = 0) -> pd.DataFrame:
+    """Regression rows with what the fit must get right: missing numbers (median fill), categories (counts), a
+    boolean, a datetime, a rare category."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(0, 1, n)
+    frame = pd.DataFrame(
+        {
+            "x": np.where(rng.random(n) < 0.1, np.nan, x),
+            "w": rng.exponential(2.0, n),
+            "colour": rng.choice(["red", "green", "blue", "rare"], n, p=[0.45, 0.3, 0.24, 0.01]),
+            "flag": rng.random(n) < 0.3,
+            "when": pd.Timestamp("2026-01-01") + pd.to_timedelta(rng.integers(0, 300, n), unit="D"),
+        }
+    )
+    frame["y"] = 3 * x + frame["w"] + (frame["colour"] == "red") * 2 + rng.normal(0, 0.1, n)
+    return frame
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    params = {"data.source": "data/raw/t.csv", "data.target": "y", "register.model_name": "t", "train.epochs": 3,
+              "train.batch_size": 16, "train.progress": "false", "train.checkpoint_every": 10,
+              "train.keep_last": 9}  # fmt: skip
+    root = make_project(tmp_path / "proj", params)
+    table().to_csv(root / "data/raw/t.csv", index=False)
+    paths = Paths(root)
+    for stage in ("ingest", "split"):
+        run_stage(stage, load_params(paths.params), paths)
+    return root
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def train(root: Path, *overrides: str) -> str:
+    paths = Paths(root)
+    write_overrides(paths.params, list(overrides))
+    run_stage("train", load_params(paths.params), paths)
+    return digest(paths.final / "model.safetensors")
+
+
+def test_the_column_by_column_fit_and_the_streamed_matrix_are_the_in_memory_ones(project: Path, tmp_path: Path) -> None:
+    paths = Paths(project)
+    schema = Schema.read(paths.split_schema)
+    params = load_params(paths.params)
+    frame = pd.read_parquet(paths.split_file("train"))  # the in-memory path's frame, read independently
+    in_memory = Preprocessor.fit(frame, schema, params.features)
+    by_column = Preprocessor.fit(stream.ParquetColumns(paths.split_file("train")), schema, params.features)  # type: ignore[arg-type]
+    assert json.dumps(by_column.to_json(), sort_keys=True) == json.dumps(in_memory.to_json(), sort_keys=True)
+    assert any(c.kind == "categorical" for c in in_memory.columns) and any(c.indicator for c in in_memory.columns)
+
+    stream.BLOCK_BYTES = 4 * in_memory.width * 37  # blocks of 37 rows: the last one partial
+    x, y = stream.write_matrix(in_memory, paths.split_file("train"), tmp_path / "m", "train")
+    held = model_inputs(in_memory, frame, "train", with_labels=True)
+    assert isinstance(held, TensorData) and len(frame) % 37 != 0
+    assert np.array_equal(x, held.x.numpy()) and np.array_equal(y, held.y.numpy())
+    streamed = MemmapData(x, y)
+    idx = torch.randperm(len(frame), generator=torch.Generator().manual_seed(0))[:50]
+    for got, want in (
+        (streamed.batch(idx), held.batch(idx)),
+        (streamed.subset(idx).batch(idx[:0]), held.batch(idx[:0])),
+    ):
+        assert torch.equal(got.inputs["x"], want.inputs["x"]) and torch.equal(got.target, want.target)
+        assert got.count == want.count
+
+
+def test_a_streamed_train_stage_trains_the_in_memory_weights_and_resumes_to_them(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    paths = Paths(project)
+    in_memory = train(project)
+    assert "train: data held in memory" in capsys.readouterr().err
+    exported = {p.name: digest(p) for p in paths.final.iterdir()}
+    shutil.rmtree(paths.checkpoints)  # train afresh, streamed
+
+    streamed = train(project, "data.memory_budget_mb=0.001")
+    assert "train: data streamed from disk (train + val:" in capsys.readouterr().err
+    assert streamed == in_memory
+    assert {p.name: digest(p) for p in paths.final.iterdir()} == exported  # preprocess.json, training.json too
+    assert not (paths.checkpoints.parent / ".streamed").exists() or not any(
+        (paths.checkpoints.parent / ".streamed").iterdir()
+    )  # the memory-mapped files go with the run
+
+    # Resumed from a checkpoint in the middle (the later ones removed), still streamed: the same weights.
+    steps = sorted(p for p in paths.checkpoints.iterdir() if p.name.startswith("step-"))
+    assert len(steps) > 2
+    for later in steps[len(steps) // 2 :]:
+        shutil.rmtree(later)
+    (paths.checkpoints / "best.json").unlink(missing_ok=True)
+    assert train(project) == in_memory
+    assert "resumed from" in capsys.readouterr().err

@@ -1,0 +1,111 @@
+"""Splits larger than the data memory budget (`data.memory_budget_mb`): read from their Parquet file a column or a
+block of rows at a time, never whole.
+
+- The preprocessing is fitted column by column (`ParquetColumns`: Parquet is columnar, so one column is read without
+  the others), by the same code on the same whole columns as in memory: the same statistics, bit for bit.
+- The preprocessed matrix is written a block of rows at a time into memory-mapped .npy files (`write_matrix`), which
+  the engine's MemmapData gathers batches from by index. The row transform is row-wise, so each block's rows are the
+  ones the in-memory transform gives.
+
+Peak memory: one column (fit) or one block of rows (transform) plus the page cache the OS gives back under pressure.
+So far tables only: text and images are held in memory (the train stage says so).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+
+if TYPE_CHECKING:
+    from trainflow.data.preprocess import Preprocessor
+    from trainflow.params import DataParams
+
+BLOCK_BYTES = 64 << 20  # rows per block of the transform: about this much of preprocessed matrix
+
+
+def budget_mb(d: DataParams) -> float:
+    """data.memory_budget_mb, or a quarter of this machine's memory when it is null."""
+    if d.memory_budget_mb is not None:
+        return d.memory_budget_mb
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 4 / 2**20
+
+
+def table_mb(path: Path) -> float:
+    """The split's size once read (Parquet's uncompressed column data), from the file's footer alone."""
+    meta = pq.ParquetFile(path).metadata
+    return sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)) / 2**20
+
+
+@dataclass
+class Choice:
+    """Whether a split is streamed, and why (printed by the train stage)."""
+
+    streamed: bool
+    why: str
+
+
+def choose(paths: list[Path], d: DataParams, table: bool) -> Choice:
+    """Stream the splits when together they are bigger than the budget, and the data is a table."""
+    size, budget = sum(table_mb(p) for p in paths), budget_mb(d)
+    names = " + ".join(p.stem for p in paths)
+    if size <= budget:
+        return Choice(False, f"held in memory ({names}: {size:,.1f} MiB, data.memory_budget_mb {budget:,.0f})")
+    if not table:
+        return Choice(
+            False,
+            f"held in memory although {names} is {size:,.1f} MiB, over data.memory_budget_mb {budget:,.0f}: only "
+            "tables are streamed so far, not text or images",
+        )
+    return Choice(True, f"streamed from disk ({names}: {size:,.1f} MiB, over data.memory_budget_mb {budget:,.0f})")
+
+
+class ParquetColumns:
+    """A Parquet file as a read-only frame whose columns are read when they are asked for, one at a time: what
+    Preprocessor.fit and .labels use of a DataFrame (`columns`, `len`, `[name]`)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.file = pq.ParquetFile(path)
+        self.columns = list(self.file.schema_arrow.names)
+
+    def __len__(self) -> int:
+        return int(self.file.metadata.num_rows)
+
+    def __getitem__(self, name: str) -> pd.Series:
+        # Read as pd.read_parquet reads the whole file (the pandas metadata restores the same dtype), one column.
+        return pd.read_parquet(self.path, columns=[name])[name]
+
+
+def head(path: Path, n: int) -> pd.DataFrame:
+    """The first `n` rows of a Parquet file, reading no more than its first row group."""
+    return next(pq.ParquetFile(path).iter_batches(batch_size=n)).to_pandas()
+
+
+def write_matrix(pre: Preprocessor, path: Path, dest: Path, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """The preprocessed features and targets of the split at `path`, as model_inputs computes them for a table,
+    written a block of rows at a time to dest/x.npy and dest/y.npy; returned memory-mapped, read-only."""
+    file = pq.ParquetFile(path)
+    n = int(file.metadata.num_rows)
+    dest.mkdir(parents=True, exist_ok=True)
+    y_type = np.float32 if pre.task == "regression" else np.int64
+    x = np.lib.format.open_memmap(dest / "x.npy", mode="w+", dtype=np.float32, shape=(n, pre.width))
+    y = np.lib.format.open_memmap(dest / "y.npy", mode="w+", dtype=y_type, shape=(n,))
+    rows = max(1, BLOCK_BYTES // max(1, 4 * pre.width))
+    lo = 0
+    for batch in file.iter_batches(batch_size=rows, columns=[*pre.raw_features, pre.target]):
+        frame = batch.to_pandas()
+        hi = lo + len(frame)
+        x[lo:hi] = pre.features(frame, where)
+        labels = pre.labels(frame, where)
+        y[lo:hi] = pre.scale_target(labels) if pre.task == "regression" else labels
+        lo = hi
+    x.flush()
+    y.flush()
+    del x, y
+    return np.load(dest / "x.npy", mmap_mode="r"), np.load(dest / "y.npy", mmap_mode="r")
