@@ -174,6 +174,17 @@ def _copy_in(full: Path) -> str:
     return f"`{command}`, then rerun with `-S {quote('data.source=' + source)}`"
 
 
+def default_model_name(source: str, target: str) -> str:
+    """register.model_name auto: trainflow-<name> for builtin:<name> (its target is fixed), else the file's or
+    folder's name (a glob's folder) and the target, as MLflow takes a name."""
+    if source.startswith("builtin:"):
+        return f"trainflow-{source.removeprefix('builtin:')}"
+    path = Path(source.rstrip("/"))
+    while _GLOB_CHARS.search(path.as_posix()) and path != path.parent:
+        path = path.parent
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{path.stem or 'data'}-{target}").strip("-.")
+
+
 class SplitParams(Section):
     val_fraction: float = Field(0.15, gt=0, lt=1, description="Fraction of rows held out for validation.")
     test_fraction: float = Field(0.15, gt=0, lt=1, description="Fraction of rows held out for the final test.")
@@ -603,7 +614,14 @@ GateMetric = Literal["auto", "accuracy", "f1_macro", "log_loss", "roc_auc", "pr_
 
 
 class RegisterParams(Section):
-    model_name: str = Field("trainflow-digits", min_length=1, description="Registered model name in MLflow.")
+    model_name: str = Field(
+        "auto",
+        min_length=1,
+        description="Registered model name in MLflow. One name holds one kind of model (one target, one task): a run "
+        "predicting something else is refused under a name that holds another. auto = named after the data: "
+        "trainflow-<name> for builtin:<name> (trainflow-digits), else <file or folder name>-<target> "
+        "(data/raw/titanic.csv, Survived: titanic-Survived).",
+    )
     gate_metric: GateMetric = Field(
         "auto",
         description="Test metric that decides whether a new version becomes the champion: accuracy, f1_macro, "
@@ -856,6 +874,13 @@ class PipelineParams(Section):
     tracking: TrackingParams = Field(default_factory=TrackingParams, description="MLflow tracking.")  # type: ignore[arg-type]
     deploy: DeployParams = Field(default_factory=DeployParams, description="Scheduled retraining (no stage).")  # type: ignore[arg-type]
     tune: TuneParams = Field(default_factory=TuneParams, description="Hyperparameter sweeps (no stage).")  # type: ignore[arg-type]
+
+    @model_validator(mode="after")
+    def _model_name(self) -> PipelineParams:
+        """register.model_name auto becomes the name of the data, so that new data is registered under its own name."""
+        if self.register.model_name == "auto":
+            self.register.model_name = default_model_name(self.data.source, self.data.target)
+        return self
 
     @model_validator(mode="after")
     def _space_values(self) -> PipelineParams:

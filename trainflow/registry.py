@@ -148,14 +148,27 @@ def champion_metrics(champion: Any, gate: str, test_hash: str, rescore: Rescore)
     return rescore(f"models:/{champion.name}/{champion.version}"), True
 
 
-def _predicts_otherwise(champion: Any, tags: dict[str, str]) -> str | None:
-    """How the champion's target or task differs from the new version's ("'tip' (regression), this version 'day'
-    (classification)"), or None when they predict the same thing (or an older version does not say)."""
-    differs = [k for k in ("target", "task") if k in champion.tags and k in tags and champion.tags[k] != tags[k]]
-    if not differs:
-        return None
-    old = f"{champion.tags.get('target')!r} ({champion.tags.get('task')})"
-    return f"{old}, this version {tags.get('target')!r} ({tags.get('task')})"
+KIND = ("target", "task")  # registered model tags: what every version of the name predicts
+
+
+def check_kind(client: Any, name: str, tags: dict[str, str]) -> None:
+    """One registered name holds one kind of model: refuse a version whose target or task (`tags`) differs from what
+    the name's versions predict (the registered model's KIND tags, else, for a name registered before they were
+    written, its champion's). Its metrics would be compared with metrics of another thing, or not exist there."""
+    model = lookup(lambda: client.get_registered_model(name), f"looking up model {name!r}")
+    if model is None:
+        return
+    held = {k: model.tags[k] for k in KIND if k in model.tags}
+    if not held and (champion := current_champion(client, name)) is not None:
+        held = {k: champion.tags[k] for k in KIND if k in champion.tags}
+    if all(held.get(k, tags.get(k)) == tags.get(k) for k in KIND):
+        return
+    raise UserError(
+        f"register: {name!r} holds models predicting {held.get('target')!r} ({held.get('task')}); this run predicts "
+        f"{tags.get('target')!r} ({tags.get('task')}). One registered name holds one kind of model, so that the "
+        f"champion gate compares like with like: register this one under its own name, -S register.model_name=auto "
+        "(named after the data) or -S register.model_name=<name>, then rerun `trainflow stage register`."
+    )
 
 
 def version_of_run(client: Any, name: str, run_id: str) -> Any | None:
@@ -213,7 +226,12 @@ def register(
             why = f"already registered as version {existing.version} by an earlier run of register"
             return _recorded(client, existing, gate, tags, test_hash, why)
         if existing is None:
+            check_kind(client, name, tags)
             version = int(mlflow.register_model(model_uri, name, tags=all_tags).version)
+            if not any(k in client.get_registered_model(name).tags for k in KIND):  # the first version's kind
+                for key in KIND:
+                    if key in tags:
+                        client.set_registered_model_tag(name, key, tags[key])
         else:  # created by an attempt that failed before deciding: decide now
             version = int(existing.version)
             for key, value in all_tags.items():
@@ -227,13 +245,6 @@ def register(
         elif int(current.version) == version:  # an interrupted attempt of this registration had set the alias
             promoted, decision = True, f"version {version} is the champion of {name} (set by an interrupted attempt)"
             current = None
-        elif predicts := _predicts_otherwise(current, tags):
-            promoted = False
-            decision = (
-                f"champion stays version {current.version}: it predicts {predicts}, so the two are not compared; to "
-                f"serve version {version} instead, run `trainflow models promote {version}` (or register it under "
-                "another register.model_name)"
-            )
         else:
             try:
                 previous, rescored = champion_metrics(current, gate, test_hash, rescore)

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 from conftest import blobs, retrain
@@ -27,7 +28,7 @@ from mlflow.protos.databricks_pb2 import (
 from trainflow import registry
 from trainflow.errors import DiskFullError, ServiceError
 from trainflow.io import read_json, write_json
-from trainflow.params import RegisterParams, load_params
+from trainflow.params import RegisterParams, load_params, write_overrides
 from trainflow.paths import Paths
 from trainflow.predict import ExportedModel
 from trainflow.stages import STAGES, run_stage
@@ -513,3 +514,44 @@ def test_a_rescore_failure_while_the_registry_is_down_decides_nothing(
         reg.register(0.999, test_hash="another split", rescore=rescore)
     monkeypatch.undo()  # the registry answers again
     assert aliases("m") == {"champion": "1", "challenger": "2"} and not reg.decided("2")
+
+
+# --- one registered name, one kind of model (issue 27, item 6) -------------------------------------------------------
+
+
+def test_a_name_holds_one_kind_of_model_and_auto_names_new_data_after_itself(csv_project: Path) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from trainflow.errors import UserError
+
+    run_all(csv_project)  # blobs: 'label', classification, registered as "blobs" (the fixture names it)
+    client = MlflowClient()
+    assert client.get_registered_model("blobs").tags.items() >= {"target": "label", "task": "classification"}.items()
+    # The user's next data set is a regression table; register.model_name stays "blobs" (an earlier -S, say).
+    rng = np.random.default_rng(0)
+    x = rng.normal(0, 1, 200)
+    pd.DataFrame({"x": x, "z": rng.normal(0, 1, 200), "y": 2 * x}).to_csv(csv_project / "data/raw/r.csv", index=False)
+    paths = Paths(csv_project)
+    write_overrides(paths.params, ["data.source=data/raw/r.csv", "data.target=y", "train.monitor=val_loss"])
+    run_all(csv_project, ("ingest", "split", "train", "evaluate"))
+    with pytest.raises(UserError) as refused:
+        run_all(csv_project, ("register",))
+    message = str(refused.value)
+    assert "'blobs' holds models predicting 'label' (classification); this run predicts 'y' (regression)" in message
+    assert "-S register.model_name=auto" in message
+    assert [int(v.version) for v in client.search_model_versions("name='blobs'")] == [1]  # nothing added to it
+    # The advice, followed: auto names the model after its data, and the first run on it just works.
+    write_overrides(paths.params, ["register.model_name=auto"])
+    run_all(csv_project, ("register",))
+    reg = read_json(paths.registration)
+    assert reg["model_name"] == "r-y" and reg["version"] == 1 and reg["champion"] is True
+    assert client.get_registered_model("r-y").tags.items() >= {"target": "y", "task": "regression"}.items()
+    assert aliases("blobs") == {"champion": "1", "challenger": "1"}
+
+
+def test_auto_names_the_default_data_as_before() -> None:
+    from trainflow.params import default_model_name
+
+    assert load_params(Path(__file__).parents[2] / "params.yaml").register.model_name == "trainflow-digits"
+    assert default_model_name("data/raw/titanic.csv", "Survived") == "titanic-Survived"
+    assert default_model_name("data/raw/sales/*.csv", "units sold") == "sales-units-sold"
