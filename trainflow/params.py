@@ -174,15 +174,17 @@ def _copy_in(full: Path) -> str:
     return f"`{command}`, then rerun with `-S {quote('data.source=' + source)}`"
 
 
-def default_model_name(source: str, target: str) -> str:
+def default_model_name(source: str, target: str, task: str | None = None) -> str:
     """register.model_name auto: trainflow-<name> for builtin:<name> (its target is fixed), else the file's or
-    folder's name (a glob's folder) and the target, as MLflow takes a name."""
+    folder's name (a glob's folder) and the target, and the task when data.task says it (a target modelled as
+    the other task is another kind of model), as MLflow takes a name."""
     if source.startswith("builtin:"):
-        return f"trainflow-{source.removeprefix('builtin:')}"
+        return f"trainflow-{source.removeprefix('builtin:')}" + (f"-{task}" if task else "")
     path = Path(source.rstrip("/"))
     while _GLOB_CHARS.search(path.as_posix()) and path != path.parent:
         path = path.parent
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{path.stem or 'data'}-{target}").strip("-.")
+    name = f"{path.stem or 'data'}-{target}" + (f"-{task}" if task else "")
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.")
 
 
 class SplitParams(Section):
@@ -620,7 +622,7 @@ class RegisterParams(Section):
         description="Registered model name in MLflow. One name holds one kind of model (one target, one task): a run "
         "predicting something else is refused under a name that holds another. auto = named after the data: "
         "trainflow-<name> for builtin:<name> (trainflow-digits), else <file or folder name>-<target> "
-        "(data/raw/titanic.csv, Survived: titanic-Survived).",
+        "(data/raw/titanic.csv, Survived: titanic-Survived), with -<task> after it when data.task is set.",
     )
     gate_metric: GateMetric = Field(
         "auto",
@@ -879,7 +881,8 @@ class PipelineParams(Section):
     def _model_name(self) -> PipelineParams:
         """register.model_name auto becomes the name of the data, so that new data is registered under its own name."""
         if self.register.model_name == "auto":
-            self.register.model_name = default_model_name(self.data.source, self.data.target)
+            task = None if self.data.task == "auto" else self.data.task
+            self.register.model_name = default_model_name(self.data.source, self.data.target, task)
         return self
 
     @model_validator(mode="after")

@@ -154,13 +154,16 @@ KIND = ("target", "task")  # registered model tags: what every version of the na
 def check_kind(client: Any, name: str, tags: dict[str, str]) -> None:
     """One registered name holds one kind of model: refuse a version whose target or task (`tags`) differs from what
     the name's versions predict (the registered model's KIND tags, else, for a name registered before they were
-    written, its champion's). Its metrics would be compared with metrics of another thing, or not exist there."""
-    model = lookup(lambda: client.get_registered_model(name), f"looking up model {name!r}")
+    written, its newest version's). Its metrics would be compared with metrics of another thing, or not exist
+    there."""
+    what = f"looking up model {name!r}"
+    model = lookup(lambda: client.get_registered_model(name), what)
     if model is None:
         return
     held = {k: model.tags[k] for k in KIND if k in model.tags}
-    if not held and (champion := current_champion(client, name)) is not None:
-        held = {k: champion.tags[k] for k in KIND if k in champion.tags}
+    if not held and (versions := lookup(lambda: client.search_model_versions(f"name='{name}'"), what)):
+        newest = max(versions, key=lambda v: int(v.version))
+        held = {k: newest.tags[k] for k in KIND if k in newest.tags}
     if all(held.get(k, tags.get(k)) == tags.get(k) for k in KIND):
         return
     raise UserError(

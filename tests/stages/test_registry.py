@@ -555,3 +555,4 @@ def test_auto_names_the_default_data_as_before() -> None:
     assert load_params(Path(__file__).parents[2] / "params.yaml").register.model_name == "trainflow-digits"
     assert default_model_name("data/raw/titanic.csv", "Survived") == "titanic-Survived"
     assert default_model_name("data/raw/sales/*.csv", "units sold") == "sales-units-sold"
+    assert default_model_name("data/raw/tips.csv", "size", "regression") == "tips-size-regression"

@@ -68,18 +68,23 @@ def test_a_number_read_as_mostly_one_row_classes_is_an_error_that_says_what_to_s
 def test_target_task_and_feature_changes_just_work(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    root = project(tmp_path, "tips", tips(), **{"data.target": "tip"})
+    root = project(tmp_path, "tips", tips(), **{"data.target": "tip", "register.model_name": "auto"})
     paths = Paths(root)
+
+    def registered() -> tuple[str, int]:
+        reg = read_json(paths.registration)
+        return reg["model_name"], reg["version"]
+
     pipeline(root, monkeypatch)
-    assert read_json(paths.split_schema)["task"] == "regression"
+    assert read_json(paths.split_schema)["task"] == "regression" and registered() == ("tips-tip", 1)
     pipeline(root, monkeypatch, "data.target=day")  # another target: no drift error, no deletion
     assert read_json(paths.split_schema)["task"] == "classification"
-    decision = read_json(paths.registration)["decision"]
-    assert "champion stays version 1: it predicts 'tip' (regression), this version 'day'" in decision
+    assert registered() == ("tips-day", 1)  # a model of another target: its own name (one name, one kind)
     pipeline(root, monkeypatch, "data.target=size")
     assert read_json(paths.split_schema)["task"] == "classification"  # 6 distinct integers for 244 rows
     pipeline(root, monkeypatch, "data.task=regression")  # the user says otherwise: that is what it trains
     assert read_json(paths.split_schema)["task"] == "regression" and "r2" in read_json(paths.metrics)
+    assert registered() == ("tips-size-regression", 1)
     pipeline(root, monkeypatch, "data.exclude=[sex, smoker]")
     assert "sex" not in read_json(paths.split_schema)["features"]
     assert "data params changed (data.exclude)" in capsys.readouterr().err
