@@ -117,3 +117,31 @@ def test_a_streamed_train_stage_trains_the_in_memory_weights_and_resumes_to_them
     (paths.checkpoints / "best.json").unlink(missing_ok=True)
     assert train(project) == in_memory
     assert "resumed from" in capsys.readouterr().err
+
+
+def test_a_streamed_training_sigkilled_mid_epoch_resumes_to_the_uninterrupted_weights(project: Path) -> None:
+    """`trainflow stage train` streamed (a tiny data.memory_budget_mb), SIGKILLed in the middle of an epoch, inside
+    its second checkpoint write, then run again: it resumes from the first, mid-epoch, and ends with the weights of
+    one uninterrupted in-memory run."""
+    failpoint = "checkpoint_write:2"
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    paths = Paths(project)
+    in_memory = train(project)
+    shutil.rmtree(paths.checkpoints)
+    shutil.rmtree(paths.final)
+    write_overrides(paths.params, ["data.memory_budget_mb=0.001"])
+    trainflow = Path(sys.executable).parent / "trainflow"
+    env = {**os.environ, "TRAINFLOW_FAILPOINT": failpoint, "OMP_NUM_THREADS": "1"}
+    killed = subprocess.run([str(trainflow), "stage", "train"], cwd=project, env=env, capture_output=True, text=True)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert "train: data streamed from disk" in killed.stderr
+    assert not paths.final.exists()
+    env.pop("TRAINFLOW_FAILPOINT")
+    resumed = subprocess.run([str(trainflow), "stage", "train"], cwd=project, env=env, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "at update 10 (epoch 0, sample 160 of its order)" in resumed.stderr, resumed.stderr  # mid-epoch
+    assert digest(paths.final / "model.safetensors") == in_memory
