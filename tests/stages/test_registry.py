@@ -549,10 +549,13 @@ def test_a_name_holds_one_kind_of_model_and_auto_names_new_data_after_itself(csv
     assert aliases("blobs") == {"champion": "1", "challenger": "1"}
 
 
-def test_auto_names_the_default_data_as_before() -> None:
+def test_auto_names_the_default_data_as_before(tmp_path: Path) -> None:
+    from conftest import make_project
+
     from trainflow.params import default_model_name
 
-    assert load_params(Path(__file__).parents[2] / "params.yaml").register.model_name == "trainflow-digits"
+    # The committed params.yaml (make_project's), not the working copy: a user's -S runs change that one.
+    assert load_params(make_project(tmp_path / "p") / "params.yaml").register.model_name == "trainflow-digits"
     assert default_model_name("data/raw/titanic.csv", "Survived") == "titanic-Survived"
     assert default_model_name("data/raw/sales/*.csv", "units sold") == "sales-units-sold"
     assert default_model_name("data/raw/tips.csv", "size", "regression") == "tips-size-regression"

@@ -24,6 +24,7 @@ HOLDER = textwrap.dedent(
     with workspace.hold(Path(sys.argv[1]), "trainflow run"):
         print("held", flush=True)
         time.sleep(float(sys.argv[2]))
+        print(f"releasing {time.time()!r}", flush=True)
     """
 )
 
@@ -49,9 +50,12 @@ def test_a_second_run_waits_for_the_first_and_says_for_whom(root: Path, capsys: 
     holder = start_holder(root, 2.0)
     start = time.monotonic()
     with workspace.hold(root, "trainflow run"):
-        waited = time.monotonic() - start
-        assert holder.poll() is not None  # the first had ended before the second got the workspace
+        waited, got = time.monotonic() - start, time.time()
+    assert holder.stdout is not None
+    released = float(holder.stdout.readline().split()[1])
+    assert got >= released  # the second got the workspace only once the first let it go (whenever its process ends)
     assert waited > 1.0
+    holder.wait(timeout=30)
     err = capsys.readouterr().err
     assert f"waiting for the workspace {root}: it is in use by `trainflow run` (pid {holder.pid}, since " in err
 
@@ -89,5 +93,5 @@ def test_the_holder_and_its_children_go_through(root: Path) -> None:
         child = subprocess.run(
             [sys.executable, "-c", HOLDER, str(root), "0"], capture_output=True, text=True, timeout=60
         )  # e.g. a distributed rank or a stage the run starts: inherits the lock through the environment
-        assert child.returncode == 0 and child.stdout.strip() == "held"
+        assert child.returncode == 0 and child.stdout.splitlines()[0] == "held"
     assert workspace.HELD not in os.environ
