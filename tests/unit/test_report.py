@@ -113,3 +113,15 @@ def test_a_training_run_that_lost_tracking_says_where_things_are() -> None:
     text = report.mlflow_run_markdown(down)
     assert "failed during training (boom)" in text and "reports/train_metrics_local.json" in text
     assert "register stage logs the model" in text and "None" not in text
+
+
+def test_the_markdown_without_a_registration_and_from_an_older_registration_says_so() -> None:
+    """Killed mutants of the sampled mutation run (BENCHMARKS.md): the fallback texts and the lineage table's header."""
+    md = report.metrics_markdown(METRICS, None)
+    assert md.splitlines()[0] == "## Test metrics"
+    older = registration()  # written by a trainflow that recorded no decision
+    assert report.decision_line(older) == "no decision recorded (registered by an older trainflow)"
+    lines = report.registry_markdown(older).splitlines()
+    at = lines.index("Lineage tags of this version:")
+    assert lines[at + 2] == "| tag | value |"
+    assert lines[at + 4 :] == ["| git_commit | abc123 |", "| data_hash | d41d8.dir |"]

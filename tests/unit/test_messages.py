@@ -1,0 +1,45 @@
+"""Messages whose words carry the fix, checked word for word (each kills a mutant the sampled mutation run found
+surviving: BENCHMARKS.md, "Mutation testing"). The expected texts are written out here, not built by the code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from trainflow.data.preprocess import _booleans
+from trainflow.data.sources import _field_count_error
+from trainflow.engine.batch_size import Choice
+from trainflow.errors import DataError
+from trainflow.params import DataParams
+
+
+def test_batch_size_auto_says_what_bounded_it_and_what_it_measured() -> None:
+    cpu = Choice(8, 4, 32, 1, "memory budget 0.58 MiB", estimate_mb=0.5625)
+    assert cpu.describe() == (
+        "train: batch_size auto → 8 x accumulate 4 = global batch 32 (memory budget 0.58 MiB, estimate 0.562 MiB)"
+    )
+    gpu = Choice(16, 2, 64, 2, "90% of the GPU", peak_mb=1234.5)
+    assert gpu.describe() == (
+        "train: batch_size auto → 16 x accumulate 2 per process x 2 processes = global batch 64 "
+        "(90% of the GPU, probe peak 1234 MiB)"
+    )
+
+
+def test_a_boolean_column_holding_other_numbers_names_what_it_should_hold() -> None:
+    with pytest.raises(DataError) as error:
+        _booleans(pd.Series([0, 1, 2, 1]), "paid", "train")
+    assert (
+        str(error.value) == "train: column 'paid' should hold booleans (0/1) but has ['2'] in 1 row(s) (first at row 2)"
+    )
+
+
+def test_a_one_column_header_with_more_fields_below_asks_about_the_delimiter(tmp_path: Path) -> None:
+    f = tmp_path / "f.csv"
+    f.write_text("a;b\n1;2,3\n")
+    error = _field_count_error(f, "f.csv", ",", DataParams())
+    assert error is not None
+    assert str(error) == (
+        "data.source: f.csv, line 2: expected 1 fields (the header has 1), found 2 — is data.delimiter right (',')?"
+    )
