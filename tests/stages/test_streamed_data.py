@@ -67,7 +67,9 @@ def train(root: Path, *overrides: str) -> str:
     return digest(paths.final / "model.safetensors")
 
 
-def test_the_column_by_column_fit_and_the_streamed_matrix_are_the_in_memory_ones(project: Path, tmp_path: Path) -> None:
+def test_the_column_by_column_fit_and_the_streamed_matrix_are_the_in_memory_ones(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     paths = Paths(project)
     schema = Schema.read(paths.split_schema)
     params = load_params(paths.params)
@@ -77,7 +79,7 @@ def test_the_column_by_column_fit_and_the_streamed_matrix_are_the_in_memory_ones
     assert json.dumps(by_column.to_json(), sort_keys=True) == json.dumps(in_memory.to_json(), sort_keys=True)
     assert any(c.kind == "categorical" for c in in_memory.columns) and any(c.indicator for c in in_memory.columns)
 
-    stream.BLOCK_BYTES = 4 * in_memory.width * 37  # blocks of 37 rows: the last one partial
+    monkeypatch.setattr(stream, "BLOCK_BYTES", 4 * in_memory.width * 37)  # blocks of 37 rows: the last one partial
     x, y = stream.write_matrix(in_memory, paths.split_file("train"), tmp_path / "m", "train")
     held = model_inputs(in_memory, frame, "train", with_labels=True)
     assert isinstance(held, TensorData) and len(frame) % 37 != 0
@@ -145,3 +147,26 @@ def test_a_streamed_training_sigkilled_mid_epoch_resumes_to_the_uninterrupted_we
     assert resumed.returncode == 0, resumed.stderr
     assert "at update 10 (epoch 0, sample 160 of its order)" in resumed.stderr, resumed.stderr  # mid-epoch
     assert digest(paths.final / "model.safetensors") == in_memory
+
+
+def test_a_streamed_evaluate_writes_the_in_memory_metrics_and_plots(
+    project: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The test split scored a block of whole batches at a time (blocks of 3 batches of 8 rows): metrics.json,
+    per_class.csv and every plot CSV byte for byte as scored whole."""
+    paths = Paths(project)
+    train(project, "evaluate.batch_size=8")
+    run_stage("evaluate", load_params(paths.params), paths)
+    assert "test data" not in capsys.readouterr().err  # held in memory: the default budget
+    outputs = [paths.metrics, paths.per_class, *sorted(paths.test_plots.glob("*.csv"))]
+    whole = {p.name: digest(p) for p in outputs}
+    monkeypatch.setattr(stream, "BLOCK_BYTES", 4 * pre_width(paths) * 24)
+    write_overrides(paths.params, ["data.memory_budget_mb=0.001"])
+    run_stage("evaluate", load_params(paths.params), paths)
+    assert "evaluate: test data streamed from disk (test:" in capsys.readouterr().err
+    assert len(pd.read_parquet(paths.split_file("test"))) > 24  # several blocks, the last one partial
+    assert {p.name: digest(p) for p in outputs} == whole
+
+
+def pre_width(paths: Paths) -> int:
+    return Preprocessor.load(paths.final).width

@@ -8,12 +8,14 @@ block of rows at a time, never whole.
   ones the in-memory transform gives.
 
 Peak memory: one column (fit) or one block of rows (transform) plus the page cache the OS gives back under pressure.
-So far tables only: text and images are held in memory (the train stage says so).
+The evaluate stage (and register's re-score) score a big test split a block of whole batches at a time: the same
+batches, so the same outputs. So far tables only: text and images are held in memory (the stages say so).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -82,6 +84,18 @@ class ParquetColumns:
         return pd.read_parquet(self.path, columns=[name])[name]
 
 
+def blocks(path: Path, rows: int, columns: list[str]) -> Iterator[pd.DataFrame]:
+    """The split at `path` as frames of `rows` rows (the last one shorter), in file order, read as needed."""
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=rows, columns=columns):
+        yield batch.to_pandas()
+
+
+def block_rows(width: int, multiple: int = 1) -> int:
+    """Rows per block: about BLOCK_BYTES of float32 matrix of `width` columns, a whole number of `multiple`s."""
+    rows = max(1, BLOCK_BYTES // max(1, 4 * width))
+    return max(multiple, rows - rows % multiple)
+
+
 def head(path: Path, n: int) -> pd.DataFrame:
     """The first `n` rows of a Parquet file, reading no more than its first row group."""
     return next(pq.ParquetFile(path).iter_batches(batch_size=n)).to_pandas()
@@ -96,10 +110,8 @@ def write_matrix(pre: Preprocessor, path: Path, dest: Path, where: str) -> tuple
     y_type = np.float32 if pre.task == "regression" else np.int64
     x = np.lib.format.open_memmap(dest / "x.npy", mode="w+", dtype=np.float32, shape=(n, pre.width))
     y = np.lib.format.open_memmap(dest / "y.npy", mode="w+", dtype=y_type, shape=(n,))
-    rows = max(1, BLOCK_BYTES // max(1, 4 * pre.width))
     lo = 0
-    for batch in file.iter_batches(batch_size=rows, columns=[*pre.raw_features, pre.target]):
-        frame = batch.to_pandas()
+    for frame in blocks(path, block_rows(pre.width), [*pre.raw_features, pre.target]):
         hi = lo + len(frame)
         x[lo:hi] = pre.features(frame, where)
         labels = pre.labels(frame, where)

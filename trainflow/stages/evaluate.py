@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from trainflow import plots
+from trainflow.data import stream
 from trainflow.errors import UserError
 from trainflow.io import atomic_dir, write_json
-from trainflow.params import PipelineParams
+from trainflow.params import DataParams, PipelineParams
 from trainflow.paths import Paths
 from trainflow.predict import ExportedModel
 
@@ -85,14 +87,41 @@ def regression_metrics(y: np.ndarray, predicted: np.ndarray) -> dict[str, float]
 
 
 def score(exported: ExportedModel, test: pd.DataFrame, where: str, batch_size: int) -> tuple[dict[str, Any], Any]:
-    """(the test metrics plus n_test, the model's outputs) of `exported` on the labelled table `test`.
-
-    The register stage re-scores an older champion with this, so both are measured the same way."""
+    """(the test metrics plus n_test, the model's outputs) of `exported` on the labelled table `test`."""
     labels = exported.pre.labels(test, where)
     outputs = exported.outputs(test, batch_size=batch_size, where=where)
+    return test_metrics(exported, labels, outputs), outputs
+
+
+def test_metrics(exported: ExportedModel, labels: np.ndarray, outputs: np.ndarray) -> dict[str, Any]:
     if exported.pre.task == "regression":
-        return {**regression_metrics(labels, outputs), "n_test": len(test)}, outputs
-    return {**classification_metrics(labels, outputs), "n_test": len(test)}, outputs
+        return {**regression_metrics(labels, outputs), "n_test": len(labels)}
+    return {**classification_metrics(labels, outputs), "n_test": len(labels)}
+
+
+def score_split(
+    exported: ExportedModel, paths: Paths, stage: str, batch_size: int, d: DataParams
+) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
+    """(metrics, outputs, labels) of `exported` on the test split: read whole, or, when it is bigger than
+    data.memory_budget_mb and the model takes a table, a block of whole batches at a time (the same batches, so the
+    same outputs bit for bit). Evaluate scores with this, and register re-scores an older champion with it, so both
+    are measured the same way."""
+    path = paths.split_file("test")
+    where, pre = str(path), exported.pre
+    if not path.is_file():
+        raise UserError(f"{stage}: {path} is missing; run `trainflow stage split` first")
+    held = stream.choose([path], d, table=pre.text_column is None and pre.image_column is None)
+    if not held.streamed:
+        test = read_test(paths, stage)
+        metrics, outputs = score(exported, test, where, batch_size)
+        return metrics, outputs, pre.labels(test, where)
+    print(f"{stage}: test data {held.why}", file=sys.stderr)
+    labels, outputs = [], []
+    for frame in stream.blocks(path, stream.block_rows(pre.width, batch_size), [*pre.raw_features, pre.target]):
+        labels.append(pre.labels(frame, where))
+        outputs.append(exported.outputs(frame, batch_size=batch_size, where=where))
+    y, out = np.concatenate(labels), np.concatenate(outputs)
+    return test_metrics(exported, y, out), out, y
 
 
 def read_test(paths: Paths, stage: str) -> pd.DataFrame:
@@ -103,11 +132,8 @@ def read_test(paths: Paths, stage: str) -> pd.DataFrame:
 
 
 def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
-    test = read_test(paths, "evaluate")
     exported = ExportedModel.load(paths.final)
-    where = str(paths.split_file("test"))
-    labels = exported.pre.labels(test, where)
-    metrics, outputs = score(exported, test, where, params.evaluate.batch_size)
+    metrics, outputs, labels = score_split(exported, paths, "evaluate", params.evaluate.batch_size, params.data)
     # One folder of test plots, replaced whole, holding the same files for both tasks (so `dvc plots show` always
     # finds them): predictions.csv, every test row's actual and predicted value; confusion.csv, what DVC draws as a
     # confusion matrix (classes, the 19 most frequent and "other" beyond 20; for regression, deciles of the actual

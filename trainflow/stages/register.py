@@ -19,11 +19,10 @@ def rescorer(params: PipelineParams, paths: Paths) -> registry.Rescore:
 
     def rescore(model_uri: str) -> dict[str, float]:
         from trainflow import predict
-        from trainflow.stages.evaluate import read_test, score
+        from trainflow.stages.evaluate import score_split
 
         exported = predict.load(model_uri)  # the registered pyfunc, loaded from code: nothing unpickled
-        test = read_test(paths, "register")
-        metrics, _ = score(exported, test, str(paths.split_file("test")), params.evaluate.batch_size)
+        metrics, _, _ = score_split(exported, paths, "register", params.evaluate.batch_size, params.data)
         return metrics
 
     return rescore
