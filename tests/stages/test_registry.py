@@ -559,3 +559,25 @@ def test_auto_names_the_default_data_as_before(tmp_path: Path) -> None:
     assert default_model_name("data/raw/titanic.csv", "Survived") == "titanic-Survived"
     assert default_model_name("data/raw/sales/*.csv", "units sold") == "sales-units-sold"
     assert default_model_name("data/raw/tips.csv", "size", "regression") == "tips-size-regression"
+
+
+def test_the_data_hash_tag_is_what_dvc_recorded_for_the_splits(csv_project: Path) -> None:
+    """The version's data_hash is DVC's own hash of data/splits (dvc commit, then dvc.lock read here), so a registered
+    model leads back to the data it was trained on."""
+    import subprocess
+    import sys
+
+    import yaml
+    from mlflow.tracking import MlflowClient
+
+    run_all(csv_project, ("ingest", "split"))
+    dvc = Path(sys.executable).parent / "dvc"
+    done = subprocess.run(
+        [str(dvc), "commit", "-f", "ingest", "split"], cwd=csv_project, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    outs = yaml.safe_load((csv_project / "dvc.lock").read_text())["stages"]["split"]["outs"]
+    (recorded,) = [o["md5"] for o in outs if o["path"] == "data/splits"]
+    run_all(csv_project, ("train", "evaluate", "register"))
+    assert recorded.endswith(".dir")  # DVC's hash of a directory
+    assert MlflowClient().get_model_version("blobs", "1").tags["data_hash"] == recorded
