@@ -483,3 +483,21 @@ def test_the_raw_row_key_decides_and_stays_out_of_the_split_files() -> None:
     _, again = split_frame(changed, schema_for(changed, ["x"]), SplitParams(), 5, previous=first.assignment)
     np.testing.assert_array_equal(again.split, first.split)
     assert again.kept == 500
+
+
+def test_the_note_on_small_classes_names_those_missing_from_val_or_test_and_no_other() -> None:
+    """Counted by hand: 'a' is in all three splits, 'b' has no test row, 'c' no val row, 'd' one row of each."""
+    from trainflow.data.split import _small_class_notes
+
+    target = ["a"] * 5 + ["b"] * 3 + ["c"] * 3 + ["d"] * 3
+    split = np.array([0, 0, 0, 1, 2] + [0, 0, 1] + [0, 0, 2] + [0, 1, 2])
+    frame = pd.DataFrame({"y": target})
+    schema = schema_for(frame)
+    (note,) = _small_class_notes(pd.Index(["a", "b", "c", "d"]), split, frame, schema)
+    assert "missing from val or test (no metric covers them there): 'b' (3 rows), 'c' (3 rows); add rows" in note
+    assert (
+        _small_class_notes(
+            pd.Index(["a", "d"]), split[[0, 1, 2, 3, 4, 11, 12, 13]], frame.iloc[[0, 1, 2, 3, 4, 11, 12, 13]], schema
+        )
+        == []
+    )
