@@ -17,7 +17,8 @@ from trainflow import cli
 from trainflow.io import read_json
 from trainflow.paths import Paths
 
-FAST = {"train.epochs": 3, "train.progress": "false", "train.batch_size": 32, "register.model_name": "tips"}
+# register.model_name auto: each target and task is registered under its own name (one name holds one kind of model)
+FAST = {"train.epochs": 3, "train.progress": "false", "train.batch_size": 32, "register.model_name": "auto"}
 CHANGES = [
     (["data.target=day"], "classification"),
     (["data.target=size"], "classification"),  # 6 distinct integers over 244 rows: classes
@@ -110,5 +111,6 @@ def test_a_user_model_in_the_project_root_trains_and_editing_it_retrains(
     assert "trained with another version of mymodels" in capfd.readouterr().err
     assert cli.main(["run"]) == 0
     again = read_json(paths.final / "training.json")
-    assert again["model_source"]["sha256"] != first["sha256"] and again["resumed_from_update"] is None
+    assert again["model_source"]["sha256"] != first["sha256"]
+    assert read_json(paths.train_run)["resumed_from_update"] is None  # trained afresh (how the run went)
     assert "up to date" in dvc_status(root)

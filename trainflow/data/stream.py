@@ -14,6 +14,7 @@ batches, so the same outputs. So far tables only: text and images are held in me
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,13 +23,34 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
+
+from trainflow.errors import DataError
+from trainflow.paths import restore
 
 if TYPE_CHECKING:
     from trainflow.data.preprocess import Preprocessor
     from trainflow.params import DataParams
 
 BLOCK_BYTES = 64 << 20  # rows per block of the transform: about this much of preprocessed matrix
+REPAIR = restore("data/splits", "split")  # every file read here is a split
+
+
+@contextlib.contextmanager
+def _reading(path: Path) -> Iterator[None]:
+    """A missing or damaged split is a DataError naming it and how to restore it (as io.read_parquet says)."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise DataError(f"{path} is missing; {REPAIR}") from None
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise DataError(f"{path} cannot be read, it is corrupt or truncated ({exc}); {REPAIR}") from None
+
+
+def _open(path: Path) -> pq.ParquetFile:
+    with _reading(path):
+        return pq.ParquetFile(path)
 
 
 def budget_mb(d: DataParams) -> float:
@@ -40,7 +62,7 @@ def budget_mb(d: DataParams) -> float:
 
 def table_mb(path: Path) -> float:
     """The split's size once read (Parquet's uncompressed column data), from the file's footer alone."""
-    meta = pq.ParquetFile(path).metadata
+    meta = _open(path).metadata
     return sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)) / 2**20
 
 
@@ -73,7 +95,7 @@ class ParquetColumns:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.file = pq.ParquetFile(path)
+        self.file = _open(path)
         self.columns = list(self.file.schema_arrow.names)
 
     def __len__(self) -> int:
@@ -81,13 +103,15 @@ class ParquetColumns:
 
     def __getitem__(self, name: str) -> pd.Series:
         # Read as pd.read_parquet reads the whole file (the pandas metadata restores the same dtype), one column.
-        return pd.read_parquet(self.path, columns=[name])[name]
+        with _reading(self.path):
+            return pd.read_parquet(self.path, columns=[name])[name]
 
 
 def blocks(path: Path, rows: int, columns: list[str]) -> Iterator[pd.DataFrame]:
     """The split at `path` as frames of `rows` rows (the last one shorter), in file order, read as needed."""
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=rows, columns=columns):
-        yield batch.to_pandas()
+    with _reading(path):
+        for batch in _open(path).iter_batches(batch_size=rows, columns=columns):
+            yield batch.to_pandas()
 
 
 def block_rows(width: int, multiple: int = 1) -> int:
@@ -98,14 +122,15 @@ def block_rows(width: int, multiple: int = 1) -> int:
 
 def head(path: Path, n: int) -> pd.DataFrame:
     """The first `n` rows of a Parquet file, reading no more than its first row group."""
-    return next(pq.ParquetFile(path).iter_batches(batch_size=n)).to_pandas()
+    with _reading(path):
+        first = next(_open(path).iter_batches(batch_size=n), None)
+        return first.to_pandas() if first is not None else pd.read_parquet(path)  # no rows: the empty frame
 
 
 def write_matrix(pre: Preprocessor, path: Path, dest: Path, where: str) -> tuple[np.ndarray, np.ndarray]:
     """The preprocessed features and targets of the split at `path`, as model_inputs computes them for a table,
     written a block of rows at a time to dest/x.npy and dest/y.npy; returned memory-mapped, read-only."""
-    file = pq.ParquetFile(path)
-    n = int(file.metadata.num_rows)
+    n = int(_open(path).metadata.num_rows)
     dest.mkdir(parents=True, exist_ok=True)
     y_type = np.float32 if pre.task == "regression" else np.int64
     x = np.lib.format.open_memmap(dest / "x.npy", mode="w+", dtype=np.float32, shape=(n, pre.width))
