@@ -98,9 +98,9 @@ def registry_failed(what: str, exc: BaseException, rerun: str) -> ServiceError:
     import mlflow
 
     return ServiceError(
-        f"{what} failed at the MLflow tracking store {mlflow.get_tracking_uri()} ({type(exc).__name__}: {exc}). That "
-        f"is no answer about what the registry holds, so nothing was decided and the champion alias is as it was. "
-        f"{rerun}."
+        f"{what}: the MLflow tracking store at {mlflow.get_tracking_uri()} did not answer ({type(exc).__name__}: "
+        f"{exc}). That is no answer about what the registry holds, so nothing was decided and the champion alias is "
+        f"as it was. {rerun}."
     )
 
 

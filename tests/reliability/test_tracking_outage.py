@@ -256,7 +256,7 @@ def test_over_a_server_a_503_once_is_retried_and_only_not_found_means_no_champio
     proxy.times = proxy.seen + 99
     third = model_run()
     with pytest.raises(
-        ServiceError, match=f"looking up the champion of 'm' failed at the MLflow tracking store {proxy.uri}"
+        ServiceError, match=f"looking up the champion of 'm': the MLflow tracking store at {proxy.uri} did not answer"
     ):
         register(0.10, third)
     assert client.get_registered_model("m").aliases == {"champion": "1", "challenger": "3"}

@@ -365,7 +365,7 @@ def test_a_champion_lookup_that_fails_once_decides_nothing_and_the_retry_decides
     calls = failing(monkeypatch, "get_model_version_by_alias", SERVICE_FAILURES[failure], times=1)
     with pytest.raises(ServiceError) as failed:
         reg.register(0.50)
-    assert f"looking up the champion of 'm' failed at the MLflow tracking store {reg.uri}" in str(failed.value)
+    assert f"looking up the champion of 'm': the MLflow tracking store at {reg.uri} did not answer" in str(failed.value)
     assert "nothing was decided" in str(failed.value) and "Rerun `trainflow stage register`" in str(failed.value)
     assert aliases("m") == {"champion": "1", "challenger": "2"} and not reg.decided("2")
     # The register task's retry (tasks/retry.py retries a ServiceError) runs it again: the registry answers now.
@@ -387,7 +387,7 @@ def test_a_champion_lookup_that_keeps_failing_never_decides(reg: Registry, monke
     calls = failing(monkeypatch, "get_model_version_by_alias", SERVICE_FAILURES["503 on every retry"], times=99)
     run_id = None
     for _ in range(4):  # the first try and the register task's 3 retries
-        with pytest.raises(ServiceError, match=f"MLflow tracking store {re.escape(reg.uri)}"):
+        with pytest.raises(ServiceError, match=f"MLflow tracking store at {re.escape(reg.uri)}"):
             reg.register(0.50, run_id)
         run_id = reg.client.get_model_version("m", "2").run_id  # the retries register the same run
     assert len(calls) == 4
@@ -510,7 +510,8 @@ def test_a_rescore_failure_while_the_registry_is_down_decides_nothing(
         failing(monkeypatch, "get_registered_model", SERVICE_FAILURES["sqlite locked"], times=99)
         raise RuntimeError("could not connect to the artifact store's endpoint")
 
-    with pytest.raises(ServiceError, match="re-scoring champion version 1 of 'm' on the new test split failed"):
+    said = "re-scoring champion version 1 of 'm' on the new test split: the MLflow tracking store at .* did not answer"
+    with pytest.raises(ServiceError, match=said):
         reg.register(0.999, test_hash="another split", rescore=rescore)
     monkeypatch.undo()  # the registry answers again
     assert aliases("m") == {"champion": "1", "challenger": "2"} and not reg.decided("2")
