@@ -98,9 +98,10 @@ class DataParams(Section):
         None,
         gt=0,
         description="Memory (MiB) the data of a stage may take; null = a quarter of this machine's memory. Splits "
-        "bigger than it are streamed: so far the train stage's tables, whose preprocessing is then fitted column by "
-        "column and whose preprocessed rows are read from a memory-mapped file (models/.streamed/), with the same "
-        "statistics, sample order and weights as in memory. It changes where data is held, never the model. "
+        "bigger than it are streamed, so far for tables: train fits the preprocessing column by column and reads the "
+        "preprocessed rows from a memory-mapped file (models/.streamed/), and evaluate scores the test split a block "
+        "of whole batches at a time, with the same statistics, sample order, weights and metrics as in memory. It "
+        "changes where data is held, never the model. "
         "train.memory_budget_mb bounds the model's memory (batch_size auto), not the data's.",
     )
 
