@@ -46,6 +46,12 @@ os.environ.update(
     }
 )
 os.environ.pop("PREFECT_API_URL", None)
+# Prefect configures logging once per process, when prefect.main is first imported (`import prefect` alone is lazy):
+# the root logger gets a console handler bound to the sys.stderr of that moment. First imported inside a test with
+# capfd/capsys, it holds that test's capture file, closed at teardown, and every later library warning (urllib3's
+# retries) prints "--- Logging error ---" and a traceback into a later test's stderr. Import it here, under pytest's
+# session-long capture (~1 s per worker).
+import prefect.main  # noqa: E402, F401
 # dvc.yaml runs `trainflow stage ...` through the shell: make this interpreter's scripts reachable.
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
