@@ -52,6 +52,7 @@ os.environ.pop("PREFECT_API_URL", None)
 # retries) prints "--- Logging error ---" and a traceback into a later test's stderr. Import it here, under pytest's
 # session-long capture (~1 s per worker).
 import prefect.main  # noqa: E402, F401
+
 # dvc.yaml runs `trainflow stage ...` through the shell: make this interpreter's scripts reachable.
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 

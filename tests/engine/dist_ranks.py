@@ -11,12 +11,13 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from engine_kit import make_trainer, mlp, table, text_data, text_model
 
 from trainflow.engine import distributed
 from trainflow.engine.augment import Augment
-from trainflow.engine.data import Dataset, ImageData
+from trainflow.engine.data import Dataset, ImageData, MemmapData
 from trainflow.engine.trainer import Trainer
 from trainflow.models.cnn import CNN
 
@@ -110,24 +111,41 @@ def nonfinite_on_rank_1(tmp: str, strategy: str) -> dict[str, Any]:
     return {"ranks": gathered, "weights": t.final_weights}
 
 
-def samples_seen(tmp: str, settings: dict[str, Any], strategy: str = "ddp") -> list[list[tuple[int, int]]]:
+def samples_seen(
+    tmp: str, settings: dict[str, Any], strategy: str = "ddp", memmap: bool = False
+) -> list[list[tuple[int, int]]]:
     """Train (resuming from what `tmp` holds) and return, from every rank, the (epoch, sample) pairs it trained on."""
     group = join(strategy)
-    seen = run_recording(tmp, settings, group)
+    seen = run_recording(tmp, settings, group, memmap)
     gathered = group.gather(seen)
     distributed.shutdown(group)
     return gathered or []
 
 
-def run_recording(tmp: str, settings: dict[str, Any], group: distributed.Group | None = None) -> list[tuple[int, int]]:
+def run_recording(
+    tmp: str, settings: dict[str, Any], group: distributed.Group | None = None, memmap: bool = False
+) -> list[tuple[int, int]]:
+    """`memmap`: the train split as the streamed path holds it (data.memory_budget_mb exceeded): .npy files that
+    every rank memory-maps whole, as trainflow.data.stream writes them."""
     t = make_trainer(Path(tmp), mlp(), group=group, **settings)
-    train = table(n=203)
+    tensors = table(n=203)
+    train: Dataset = tensors
+    if memmap:
+        rank = group.rank if group is not None else 0
+        files = Path(tmp).parent / f"streamed-rank{rank}"
+        files.mkdir(parents=True, exist_ok=True)
+        np.save(files / "x.npy", tensors.x.numpy())
+        np.save(files / "y.npy", tensors.y.numpy())
+        train = MemmapData(np.load(files / "x.npy", mmap_mode="r"), np.load(files / "y.npy", mmap_mode="r"))
     seen: list[tuple[int, int]] = []
     batch = train.batch
 
+    sample_of = {row.tobytes(): i for i, row in enumerate(tensors.x.numpy())}  # rows are distinct random floats
+
     def recording(idx: torch.Tensor) -> Any:
-        seen.extend((t.state.epoch, int(i)) for i in idx)
-        return batch(idx)
+        got = batch(idx)  # the sample is read off the rows the data returned, not the indices asked for
+        seen.extend((t.state.epoch, sample_of[row.tobytes()]) for row in got.inputs["x"].cpu().numpy())
+        return got
 
     train.batch = recording  # type: ignore[method-assign]
     t.fit(train, table(n=203, seed=1))

@@ -205,21 +205,24 @@ def epochs_of(pairs: list[tuple[int, int]]) -> dict[int, Counter[int]]:
 
 
 @pytest.mark.slow  # a launch of two ranks per case: ~7 s each
-@pytest.mark.parametrize(("before", "after"), [(2, 1), (1, 2)])
+@pytest.mark.parametrize(
+    ("before", "after", "memmap"), [(2, 1, False), (1, 2, False), (2, 1, True)], ids=["2-1", "1-2", "2-1-streamed"]
+)
 def test_resume_on_another_number_of_processes_keeps_every_epochs_samples(
-    tmp_path: Path, before: int, after: int
+    tmp_path: Path, before: int, after: int, memmap: bool
 ) -> None:
     """Stop after 9 updates (mid-epoch 2: with one process at a window boundary the two-process run does not have),
-    resume with the other world size: every epoch trains on each of its samples exactly once."""
+    resume with the other world size: every epoch trains on each of its samples exactly once. `streamed`: the train
+    split memory-mapped from .npy files, as when it exceeds data.memory_budget_mb (issue 26)."""
     ckpt = tmp_path / "ckpt"
     first = {**SETTINGS, "max_steps": 9}
     then = {**SETTINGS, "resume": str(ckpt)}
     runs: list[list[tuple[int, int]]] = []  # what each process saw, in the order it trained on it
     for world, settings in ((before, first), (after, then)):
         if world == 1:
-            runs.append(dist_ranks.run_recording(str(ckpt), settings))
+            runs.append(dist_ranks.run_recording(str(ckpt), settings, None, memmap))
         else:
-            runs += distributed.launch(2, dist_ranks.samples_seen, str(ckpt), settings)
+            runs += distributed.launch(2, dist_ranks.samples_seen, str(ckpt), settings, "ddp", memmap)
     per_epoch = epochs_of([p for run in runs for p in run])
     assert sorted(per_epoch) == [0, 1, 2, 3]
     for epoch, counts in per_epoch.items():

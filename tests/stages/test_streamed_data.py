@@ -19,7 +19,7 @@ from trainflow.data import stream
 from trainflow.data.preprocess import Preprocessor
 from trainflow.data.schema import Schema
 from trainflow.engine.data import MemmapData, TensorData
-from trainflow.params import load_params, write_overrides
+from trainflow.params import load_params, with_values, write_overrides
 from trainflow.paths import Paths
 from trainflow.predict import model_inputs
 from trainflow.stages import run_stage
@@ -170,3 +170,27 @@ def test_a_streamed_evaluate_writes_the_in_memory_metrics_and_plots(
 
 def pre_width(paths: Paths) -> int:
     return Preprocessor.load(paths.final).width
+
+
+def test_the_streamed_files_live_as_long_as_the_training_even_when_building_it_fails(
+    project: Path, tmp_path: Path
+) -> None:
+    """The memory-mapped matrix is as big as the data: a sweep trial (its own checkpoint folder) discards it like the
+    train stage, and a setup that fails after writing it (a param the model refuses) leaves none behind."""
+    from trainflow.engine.distributed import Group
+    from trainflow.stages.train import setup
+
+    paths = Paths(project)
+    params = with_values(load_params(paths.params), {"data.memory_budget_mb": 0.001}, "test")
+    trial = tmp_path / "tune" / "trial_0003"
+    built = setup(params, paths, torch.device("cpu"), Group(), trial / "checkpoints")
+    scratch = trial / ".streamed" / "rank0"
+    assert isinstance(built.train, MemmapData) and built.scratch == scratch
+    assert sorted(p.name for p in scratch.rglob("*.npy")) == ["x.npy", "x.npy", "y.npy", "y.npy"]  # train, val
+    built.discard()
+    assert not scratch.exists()
+
+    refused = with_values(params, {"train.activation_checkpointing": True}, "test")  # an mlp cannot recompute
+    with pytest.raises(Exception, match="activation_checkpointing"):
+        setup(refused, paths, torch.device("cpu"), Group(), trial / "checkpoints")
+    assert not scratch.exists()

@@ -118,6 +118,12 @@ class Setup:
     data_hash: str
     val_head: pd.DataFrame  # the first rows of the val split: the registered model's input example
     batch: batch_size.Choice | None = None  # what train.batch_size auto chose (None: a fixed batch size)
+    scratch: Path | None = None  # streamed data: its memory-mapped files, as big as the data (`discard` them)
+
+    def discard(self) -> None:
+        """Remove the streamed data's memory-mapped files once training is over (only its batches read them)."""
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 def setup(
@@ -127,6 +133,25 @@ def setup(
     group: distributed.Group,
     checkpoint_dir: Path,
     logger: Logger | None = None,
+) -> Setup:
+    """Build the training from the splits. Streamed data is written beside the checkpoints (models/.streamed, or a
+    sweep trial's own folder), rebuilt every run: removed here if building fails, else by `Setup.discard`."""
+    scratch = checkpoint_dir.parent / ".streamed" / f"rank{group.rank}"
+    try:
+        return _setup(params, paths, device, group, checkpoint_dir, logger, scratch)
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+
+
+def _setup(
+    params: PipelineParams,
+    paths: Paths,
+    device: torch.device,
+    group: distributed.Group,
+    checkpoint_dir: Path,
+    logger: Logger | None,
+    scratch: Path,
 ) -> Setup:
     # TF32 and determinism before the first kernel: batch_size auto's probes run cuBLAS, which reads
     # CUBLAS_WORKSPACE_CONFIG once, when it starts (the Trainer sets the same again, for engine-only use).
@@ -147,8 +172,7 @@ def setup(
     train: MemmapData | TensorData | TextData | ImageData
     val: MemmapData | TensorData | TextData | ImageData
     if held.streamed:
-        where = checkpoint_dir.parent / ".streamed" / f"rank{group.rank}"  # models/.streamed: rebuilt every run
-        train, val = (MemmapData(*stream.write_matrix(pre, f, where / s, str(f))) for s, f in files.items())
+        train, val = (MemmapData(*stream.write_matrix(pre, f, scratch / s, str(f))) for s, f in files.items())
     else:
         train, val = (model_inputs(pre, f, str(files[s]), with_labels=True) for s, f in frames.items())
     if isinstance(train, ImageData):  # the train split alone is augmented: val is scored as evaluate scores test
@@ -191,7 +215,8 @@ def setup(
         group=group,
     )
     val_head = stream.head(files["val"], 5)
-    return Setup(trainer, train, val, pre, schema, config, source, precision, dhash, val_head, choice)
+    kept = scratch if held.streamed else None
+    return Setup(trainer, train, val, pre, schema, config, source, precision, dhash, val_head, choice, kept)
 
 
 def _train(params: PipelineParams, paths: Paths, device: torch.device, group: distributed.Group) -> dict[str, Any]:
@@ -212,7 +237,7 @@ def _train(params: PipelineParams, paths: Paths, device: torch.device, group: di
             run.finish("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
         raise
     finally:
-        shutil.rmtree(paths.checkpoints.parent / ".streamed" / f"rank{group.rank}", ignore_errors=True)  # if any
+        built.discard()
     if trainer.resumed_from is not None:
         # This run's logs start at the update it resumed from; the evaluations before it are in the checkpoint's
         # history. Logged too, so a resumed run (an instant one, when tracking.tensorboard was just turned on) has

@@ -96,7 +96,10 @@ def trial(config: dict[str, Any], spec: dict[str, Any]) -> None:
         # setup in the try: values the model or the memory cannot take (layer_decay for a model without layers,
         # batch_size auto with no batch that fits) fail this trial, not the study
         built = setup(params, Paths(root), device, distributed.Group(), directory / "checkpoints", logger)
-        end = built.trainer.fit(built.train, built.val)  # resumes from the trial's own checkpoint, if it has one
+        try:
+            end = built.trainer.fit(built.train, built.val)  # resumes from the trial's own checkpoint, if it has one
+        finally:
+            built.discard()  # streamed data's files: as big as the data, in every trial's folder
     except UserError as exc:  # e.g. a learning rate so high the loss diverged: the trial failed, the study goes on
         logger.close()
         if isinstance(exc, DiskFullError):  # the machine's fault, not the values': Ray resumes it on a rerun

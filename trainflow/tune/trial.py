@@ -79,7 +79,10 @@ def run(s: Study, c: Claim, data_hash: str) -> str:
     try:
         built = setup(params, Paths(s.root), device, distributed.Group(), c.directory / "checkpoints", logger)
         trainer = built.trainer
-        end = trainer.fit(built.train, built.val)  # resumes from the trial's own checkpoint, if it has one
+        try:
+            end = trainer.fit(built.train, built.val)  # resumes from the trial's own checkpoint, if it has one
+        finally:
+            built.discard()  # streamed data's files: as big as the data, in every trial's folder
     except optuna.TrialPruned as exc:
         outcome: tuple[str, float | None, BaseException | str | None] = ("pruned", None, exc)
     except UserError as exc:  # e.g. a learning rate so high the loss diverged: the trial failed, the study goes on
