@@ -631,14 +631,43 @@ class RegisterParams(Section):
         "log_loss, roc_auc, pr_auc or ece (classification; log_loss and ece lower is better), r2, rmse or mae "
         "(regression); auto = accuracy or r2.",
     )
-    min_delta: float = Field(
-        0.0, ge=0, description="The new version must beat the champion by more than this to take the alias."
+    decide: Literal["paired", "point"] = Field(
+        "paired",
+        description="How the gate decides. paired = champion and challenger scored on the same test rows, a seeded "
+        "paired bootstrap of the gate metric's improvement (and McNemar's test for accuracy): promoted only when its "
+        "lower confidence bound exceeds min_improvement, so a difference of a prediction or two on a small test set "
+        "does not flip the champion. point = the challenger's value beats the champion's by more than "
+        "min_improvement (no test).",
+    )
+    confidence: float = Field(
+        0.95, gt=0.5, lt=1, description="decide: paired: the one-sided confidence of the bound that decides."
+    )
+    min_improvement: float = Field(
+        0.0,
+        ge=0,
+        description="The improvement of the gate metric (in its units: 0.01 = one accuracy point) the challenger must "
+        "show, beyond the bound (paired) or the champion's value (point), to take the alias.",
+    )
+    promote_if: Literal["better", "not_worse"] = Field(
+        "better",
+        description="decide: paired: better = promote when shown better; not_worse = promote unless shown worse by "
+        "more than min_improvement (retrains whose purpose is fresher data).",
     )
     tags: dict[str, str] = Field(
         default_factory=dict,
         description="Extra tags for each registered version (the lineage tags win on a clash); `trainflow tune "
         "--apply` sets tune_study and tune_trial here, naming where the params came from.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "min_delta" in data:
+            raise ValueError(
+                "min_delta was renamed register.min_improvement (it applies to both register.decide rules); "
+                "rename it in params.yaml"
+            )
+        return data
 
 
 class TrackingParams(Section):

@@ -1,9 +1,12 @@
 """Model registry: a new version with lineage tags, the `challenger` alias, and the champion gate.
 
 Every registration creates a version and points `challenger` at it. `champion` moves to it only if it beats the
-champion on the gate metric by more than `register.min_delta`, both scored on the same test data: the champion's
-metrics are taken from its tags when it was scored on a test split with the same hash, else the champion is re-scored
-on the current test split first. If it cannot be re-scored, it stays champion and the decision says why.
+champion on the gate metric, both scored on the same test rows. `register.decide: paired` (the default): the champion
+is re-scored on this run's test split and the two are compared row by row (trainflow.gate: a paired bootstrap of the
+improvement; promoted when its lower confidence bound exceeds `register.min_improvement`). `point`: the challenger's
+value must beat the champion's by more than `register.min_improvement`; the champion's metrics are taken from its tags
+when it was scored on a test split with the same hash, else it is re-scored first. If the champion cannot be
+re-scored, it stays champion and the decision says why.
 
 A decision is made only on the registry's answers. "No champion" is the registry saying the alias does not exist;
 any other failure of a lookup (a timeout, a 503, a locked store) is a ServiceError that decides nothing and leaves the
@@ -25,6 +28,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from trainflow import gate as paired
 from trainflow import tracking
 from trainflow.errors import ServiceError, UserError
 from trainflow.io import disk_full, failpoint, no_space
@@ -38,7 +42,8 @@ MODEL_TAG = "model_sha256"  # version tag: the hash of models/final's files (tra
 HISTORY_TAG = "champion_history"  # registered model tag: the champion versions, oldest first (JSON), for rollback
 CHANGE_TAG = "champion_change"  # version tag: how and why it (last) became champion
 
-Rescore = Callable[[str], dict[str, float]]  # models:/name/version -> its metrics on the current test split
+# models:/name/version -> its metrics and per-row outputs on the current test split
+Rescore = Callable[[str], tuple[dict[str, float], paired.Scored]]
 RERUN_REGISTER = (
     "Rerun `trainflow stage register` (or the flow) once it answers: the rerun completes this registration, and a run "
     "never registers a second version"
@@ -46,10 +51,11 @@ RERUN_REGISTER = (
 RERUN_MODELS = "Rerun the `trainflow models` command once it answers"
 
 
-def beats(new: float, old: float | None, metric: str, min_delta: float) -> bool:
+def beats(new: float, old: float | None, metric: str, min_improvement: float) -> bool:
+    """The point rule: `new` better than `old` by more than `min_improvement`."""
     if old is None:
         return True
-    return new < old - min_delta if metric in MINIMIZE else new > old + min_delta
+    return new < old - min_improvement if metric in MINIMIZE else new > old + min_improvement
 
 
 def gate_metric(params: RegisterParams, metrics: dict[str, float]) -> str:
@@ -138,14 +144,17 @@ def _chain(exc: BaseException | None) -> Iterator[BaseException]:
         exc = exc.__cause__ or exc.__context__
 
 
-def champion_metrics(champion: Any, gate: str, test_hash: str, rescore: Rescore) -> tuple[dict[str, float], bool]:
-    """(the champion's metrics on the current test data, whether it had to be re-scored for them).
+def champion_metrics(
+    champion: Any, gate: str, test_hash: str, rescore: Rescore, rows: bool
+) -> tuple[dict[str, float], paired.Scored | None]:
+    """(the champion's metrics on the current test data, its per-row outputs when it was re-scored for them).
 
-    Its own tags serve when they were measured on a test split with the same hash; otherwise it is re-scored."""
+    Re-scored when `rows` (the paired rule needs its outputs row by row) or when its own tags were measured on a test
+    split with another hash; else its tags serve."""
     tagged = tagged_metrics(champion)
-    if champion.tags.get(TEST_HASH_TAG) == test_hash and gate in tagged:
-        return tagged, False
-    return rescore(f"models:/{champion.name}/{champion.version}"), True
+    if not rows and champion.tags.get(TEST_HASH_TAG) == test_hash and gate in tagged:
+        return tagged, None
+    return rescore(f"models:/{champion.name}/{champion.version}")
 
 
 KIND = ("target", "task")  # registered model tags: what every version of the name predicts
@@ -195,10 +204,12 @@ def register(
     *,
     test_hash: str,
     rescore: Rescore,
+    challenger: paired.Scored | None = None,
+    seed: int = 0,
 ) -> dict[str, Any]:
     """Register the model of run `run_id` (`model_uri`) as a version of `params.model_name` (alias `challenger`); move
-    `champion` to it only if it beats the champion, scored on the same test data (hash `test_hash`), by more than
-    `params.min_delta`.
+    `champion` to it only if it beats the champion on the same test data (hash `test_hash`): by `params.decide`,
+    paired (`challenger`: this model's per-row outputs on the test split; the bootstrap seeded by `seed`) or point.
 
     Idempotent: a run registers at most one version. The version of `run_id` is looked up first, so a retry after a
     partial success (version created, then an error) completes that version's decision instead of creating another,
@@ -213,6 +224,9 @@ def register(
     name = params.model_name
     gate = gate_metric(params, metrics)
     new = float(metrics[gate])
+    if params.decide == "paired" and challenger is None:
+        raise ValueError("register.decide: paired needs the challenger's per-row outputs")
+    comparison: paired.Comparison | None = None
     all_tags = {**tags, TEST_HASH_TAG: test_hash, **{f"metric.{k}": repr(float(v)) for k, v in metrics.items()}}
     with registry_lock(mlflow.get_tracking_uri()):
         failpoint("register")
@@ -243,6 +257,7 @@ def register(
         current = current_champion(client, name)
         previous: dict[str, float] | None = None
         rescored = False
+        what = f"re-scoring champion version {current.version} of {name!r} on the new test split" if current else ""
         if current is None:
             promoted, decision = True, f"version {version} is the first champion of {name}"
         elif int(current.version) == version:  # an interrupted attempt of this registration had set the alias
@@ -250,12 +265,15 @@ def register(
             current = None
         else:
             try:
-                previous, rescored = champion_metrics(current, gate, test_hash, rescore)
+                previous, rows = champion_metrics(current, gate, test_hash, rescore, params.decide == "paired")
+                rescored = rows is not None
+                if params.decide == "paired" and gate in previous:
+                    assert challenger is not None and rows is not None
+                    comparison = paired.compare(gate, challenger, rows, params.confidence, seed)
             except Exception as exc:  # noqa: BLE001 - a champion that cannot be scored stays, and the decision says why
                 # ... but only when the champion is what failed. An outage of the store its files come from, of the
                 # registry (asked once more: an outage unavailable() does not recognise) or a full disk says nothing
                 # about the champion: raised, so the rerun re-scores it instead of recording "stays" for good.
-                what = f"re-scoring champion version {current.version} of {name!r} on the new test split"
                 if any(tracking.unavailable(e) for e in _chain(exc)):
                     raise registry_failed(what, exc, RERUN_REGISTER) from exc
                 if any(no_space(e) for e in _chain(exc)):
@@ -274,20 +292,32 @@ def register(
                 )
             else:
                 old = previous.get(gate)
-                promoted = old is not None and beats(new, old, gate, params.min_delta)
-                on = "re-scored on the new test split" if rescored else "same test split"
-                verdict = "beats" if promoted else "does not beat"
-                then = f"champion moves to version {version}" if promoted else f"stays version {current.version}"
-                decision = (
-                    f"{gate} {new:.6g} {verdict} champion version {current.version}'s {old:.6g} ({on}) "
-                    f"by more than min_delta {params.min_delta:g}: {then}"
-                    if old is not None
-                    else f"champion stays version {current.version}: it has no {gate} on this test data (it predicts "
-                    f"something else), so the two are not compared; to serve version {version} instead, run "
-                    f"`trainflow models promote {version}`"
-                )
+                if old is None:
+                    promoted = False
+                    decision = (
+                        f"champion stays version {current.version}: it has no {gate} on this test data (it predicts "
+                        f"something else), so the two are not compared; to serve version {version} instead, run "
+                        f"`trainflow models promote {version}`"
+                    )
+                else:
+                    if comparison is not None:
+                        promoted, why = paired.decide(comparison, params.promote_if, params.min_improvement)
+                        why = f"{why} (champion version {current.version})"
+                    else:
+                        promoted = beats(new, old, gate, params.min_improvement)
+                        on = "re-scored on the new test split" if rescored else "same test split"
+                        verdict = "beats" if promoted else "does not beat"
+                        why = (
+                            f"{gate} {new:.6g} {verdict} champion version {current.version}'s {old:.6g} ({on}) "
+                            f"by more than min_improvement {params.min_improvement:g}"
+                        )
+                    then = f"champion moves to version {version}" if promoted else f"stays version {current.version}"
+                    decision = f"{why}: {then}"
         if promoted:
             set_champion(client, name, version, f"register: {decision}")
+        if comparison is not None:
+            for key, value in comparison.tags().items():
+                client.set_model_version_tag(name, str(version), key, value)
         client.set_model_version_tag(name, str(version), DECISION_TAG, decision)
     return {
         "model_name": name,
@@ -302,6 +332,8 @@ def register(
         "champion": promoted,
         "champion_version": version if promoted else (int(current.version) if current else None),
         "decision": decision,
+        "decide": params.decide,
+        "comparison": comparison.to_json() if comparison is not None else None,
         "tags": {**tags, TEST_HASH_TAG: test_hash},
     }
 
@@ -325,6 +357,8 @@ def _recorded(client: Any, existing: Any, gate: str, tags: dict[str, str], test_
         "champion": champion_version == version,
         "champion_version": champion_version,
         "decision": f"{why}, nothing changed (its decision then: {existing.tags[DECISION_TAG]})",
+        "decide": None,
+        "comparison": None,
         "tags": {**tags, TEST_HASH_TAG: test_hash},
     }
 

@@ -117,6 +117,24 @@ def decision_line(reg: dict[str, Any]) -> str:
     return str(reg.get("decision") or "no decision recorded (registered by an older trainflow)")
 
 
+def comparison_markdown(c: dict[str, Any]) -> str:
+    """The paired gate's evidence (register.decide: paired): both models on the same test rows."""
+    pct = f"{c['confidence']:.0%}"
+    rows = [
+        ["challenger", fmt(c["challenger"])],
+        ["champion", fmt(c["champion"])],
+        ["improvement", fmt(c["improvement"])],
+        [f"{pct} one-sided bounds", f"[{fmt(c['low'])}, {fmt(c['high'])}]"],
+        ["test", str(c["test"])],
+    ]
+    if m := c.get("mcnemar"):
+        rows.append(
+            ["McNemar (exact)", f"only the challenger right on {m['challenger_only']} rows, only the champion on "
+             f"{m['champion_only']}: p = {fmt(m['p_value'])}"]
+        )  # fmt: skip
+    return f"Paired comparison on the same {c['rows']} test rows ({c['metric']}):\n\n" + _table(["", ""], rows)
+
+
 def registry_markdown(reg: dict[str, Any]) -> str:
     """The registry version this run created, the champion decision, how to load the champion, the lineage."""
     name = reg["model_name"]
@@ -139,6 +157,8 @@ def registry_markdown(reg: dict[str, Any]) -> str:
     ]
     if not reg.get("champion"):
         parts += ["", f"Load this run's version: `mlflow.pyfunc.load_model('{reg['model_uri']}')`"]
+    if c := reg.get("comparison"):
+        parts += ["", comparison_markdown(c)]
     tags = reg.get("tags") or {}
     if tags:
         parts += [

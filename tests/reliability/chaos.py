@@ -105,7 +105,10 @@ def workspace(dest: Path, make_project: Any, prefect_env: dict[str, str]) -> Wor
     root = make_project(
         dest / "proj",
         {"data.source": "builtin:iris", "register.model_name": "iris", "train.epochs": 4, "train.batch_size": 16,
-         "train.progress": "false"},
+         "train.progress": "false",
+         # the point rule: registry_consistent's invariant is its outcome (the best accuracy holds the alias); the
+         # paired rule's evidence is tested in tests/stages/test_registry.py, its crash-safety is the same code's
+         "register.decide": "point"},
     )  # fmt: skip
     env = {
         **os.environ,

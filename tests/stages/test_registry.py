@@ -41,6 +41,11 @@ def run_all(root: Path, stages: tuple[str, ...] = STAGES) -> None:
         run_stage(stage, load_params(paths.params), paths)
 
 
+def point_rule(root: Path) -> None:
+    """register.decide: point, the rule these tests are about (metrics.json's value against the champion's)."""
+    write_overrides(Paths(root).params, ["register.decide=point"])
+
+
 def aliases(name: str) -> dict[str, str]:
     from mlflow.tracking import MlflowClient
 
@@ -48,6 +53,7 @@ def aliases(name: str) -> dict[str, str]:
 
 
 def test_every_version_is_challenger_and_a_worse_one_leaves_the_champion(csv_project: Path) -> None:
+    point_rule(csv_project)  # the accuracy below is made up: the point rule reads it, the paired one re-scores
     run_all(csv_project)
     paths = Paths(csv_project)
     first = read_json(paths.registration)
@@ -76,6 +82,7 @@ def test_every_version_is_challenger_and_a_worse_one_leaves_the_champion(csv_pro
 
 
 def test_a_changed_test_split_rescores_the_champion_first(csv_project: Path) -> None:
+    point_rule(csv_project)  # the rule that reads tags when the split is the same, and re-scores when it is not
     run_all(csv_project)
     paths = Paths(csv_project)
     old_model = csv_project.parent / "v1_model"
@@ -159,7 +166,7 @@ def _register_twice_at_once(
                 registry.register(
                     models[i],
                     runs[i],
-                    RegisterParams(model_name="race"),
+                    RegisterParams(model_name="race", decide="point"),
                     metrics,
                     {},
                     test_hash="h",
@@ -237,6 +244,7 @@ def _relabel(test: pd.DataFrame, every: int) -> pd.DataFrame:
 def test_the_gate_after_a_rescore_follows_the_rescored_metric(
     csv_project: Path, champion_tag: float, margin: float, promoted: bool
 ) -> None:
+    point_rule(csv_project)  # the accuracy below is made up: the point rule reads it, the paired one re-scores
     from mlflow.tracking import MlflowClient
 
     run_all(csv_project)
@@ -323,7 +331,7 @@ class Registry:
         """Register a new run's model (or `run_id`'s again: a retry) at `accuracy`; the run id and registration."""
         run_id = run_id or _model_run(self.client, self.experiment, self.root / "models")
         kwargs = {"test_hash": "h", "rescore": unexpected_rescore, **kwargs}
-        params = RegisterParams(model_name="m")
+        params = RegisterParams(model_name="m", decide="point")  # the registry mechanics, on made-up accuracies
         return run_id, registry.register(f"runs:/{run_id}/model", run_id, params, {"accuracy": accuracy}, {}, **kwargs)
 
     def decided(self, version: str) -> bool:
@@ -582,3 +590,60 @@ def test_the_data_hash_tag_is_what_dvc_recorded_for_the_splits(csv_project: Path
     run_all(csv_project, ("train", "evaluate", "register"))
     assert recorded.endswith(".dir")  # DVC's hash of a directory
     assert MlflowClient().get_model_version("blobs", "1").tags["data_hash"] == recorded
+
+
+# --- the paired gate (register.decide: paired, the default) --------------------------------------------------------
+
+
+def hand_bootstrap(right_new: np.ndarray, right_old: np.ndarray, seed: int, confidence: float) -> tuple[float, float]:
+    """The accuracy difference's one-sided bounds, one resample at a time (gate.RESAMPLES of them)."""
+    rng = np.random.default_rng(seed)
+    n = len(right_new)
+    diffs = []
+    for _ in range(2000):
+        i = rng.integers(0, n, size=n)
+        diffs.append(right_new[i].mean() - right_old[i].mean())
+    return float(np.quantile(diffs, 1 - confidence)), float(np.quantile(diffs, confidence))
+
+
+def test_the_paired_gate_promotes_a_real_improvement_and_not_a_reseeded_twin(csv_project: Path) -> None:
+    """A champion that barely trained, then a trained model (promoted: its lower bound is far above 0), then the same
+    model from another initialisation (promoted only if the bound says so). Each comparison is recomputed here from
+    the two models' own outputs on the test rows."""
+    from mlflow.tracking import MlflowClient
+
+    paths = Paths(csv_project)
+    blobs(n=600, separation=1.5).to_csv(csv_project / "data/raw/blobs.csv", index=False)
+    write_overrides(paths.params, ["train.epochs=1", "train.lr=0.000001", "train.min_lr=0"])
+    run_all(csv_project)
+    test = pd.read_parquet(paths.split_file("test"))
+
+    def right(model: Path) -> np.ndarray:
+        exported = ExportedModel.load(model)
+        return exported.outputs(test).argmax(axis=1) == exported.pre.labels(test, "test")
+
+    previous = csv_project.parent / "previous"
+    for step, overrides in enumerate([["train.lr=0.01"], ["seed=1"]]):
+        shutil.rmtree(previous, ignore_errors=True)
+        shutil.copytree(paths.final, previous)
+        write_overrides(paths.params, overrides)
+        for stage in ("train", "evaluate", "register"):  # not split: the same test rows
+            run_all(csv_project, (stage,))
+        reg = read_json(paths.registration)
+        c = reg["comparison"]
+        new, old = right(paths.final), right(previous)
+        assert reg["decide"] == "paired" and c["rows"] == len(test) == read_json(paths.metrics)["n_test"]
+        assert c["challenger"] == pytest.approx(new.mean()) == read_json(paths.metrics)["accuracy"]
+        assert c["champion"] == pytest.approx(old.mean())
+        low, high = hand_bootstrap(new, old, seed=load_params(paths.params).seed, confidence=0.95)
+        assert (c["low"], c["high"]) == pytest.approx((low, high), abs=1e-12)
+        assert c["mcnemar"]["challenger_only"] == int(np.sum(new & ~old))
+        assert reg["champion"] is (low > 0), reg["decision"]
+        assert reg["champion"] or step == 1, reg["decision"]  # a real improvement is promoted
+        assert aliases("blobs") == {"champion": str(reg["champion_version"]), "challenger": str(reg["version"])}
+        tags = MlflowClient().get_model_version("blobs", str(reg["version"])).tags
+        assert tags["gate.improvement"] == repr(c["improvement"]) and "paired bootstrap" in tags["gate.test"]
+        assert tags["registry_decision"] == reg["decision"]
+        assert ("not shown better by more than 0 with 95% confidence" in reg["decision"]) is not reg["champion"]
+        if step == 0:
+            assert old.mean() < 0.6 < 0.85 < new.mean() and c["low"] > 0.2

@@ -1,4 +1,4 @@
-"""The champion gate: which metrics go down, what beating by min_delta means, and gate_metric's resolution."""
+"""The champion gate: which metrics go down, what beating by min_improvement means, and gate_metric's resolution."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from trainflow.registry import beats, gate_metric
 
 
 @pytest.mark.parametrize(
-    ("new", "old", "metric", "min_delta", "expected"),
+    ("new", "old", "metric", "min_improvement", "expected"),
     [
         (0.5, None, "rmse", 0.0, True),  # no champion yet: anything beats nothing
         (0.1, None, "accuracy", 0.5, True),
         (0.80, 0.90, "accuracy", 0.0, False),  # higher is better
         (0.91, 0.90, "accuracy", 0.0, True),
         (0.90, 0.90, "accuracy", 0.0, False),  # a tie keeps the champion
-        (0.905, 0.90, "accuracy", 0.01, False),  # better, but not by more than min_delta
+        (0.905, 0.90, "accuracy", 0.01, False),  # better, but not by more than min_improvement
         (0.95, 0.90, "accuracy", 0.01, True),
         (2.0, 3.0, "rmse", 0.0, True),  # lower is better
         (3.5, 3.0, "rmse", 0.0, False),
@@ -31,8 +31,8 @@ from trainflow.registry import beats, gate_metric
         (0.89, 0.90, "pr_auc", 0.0, False),
     ],
 )
-def test_beats(new: float, old: float | None, metric: str, min_delta: float, expected: bool) -> None:
-    assert beats(new, old, metric, min_delta) is expected
+def test_beats(new: float, old: float | None, metric: str, min_improvement: float, expected: bool) -> None:
+    assert beats(new, old, metric, min_improvement) is expected
 
 
 def test_gate_metric_auto_and_a_metric_the_task_does_not_measure() -> None:

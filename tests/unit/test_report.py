@@ -125,3 +125,17 @@ def test_the_markdown_without_a_registration_and_from_an_older_registration_says
     at = lines.index("Lineage tags of this version:")
     assert lines[at + 2] == "| tag | value |"
     assert lines[at + 4 :] == ["| git_commit | abc123 |", "| data_hash | d41d8.dir |"]
+
+
+def test_the_registry_artifact_shows_the_paired_evidence_and_none_without_it() -> None:
+    comparison = {
+        "metric": "accuracy", "challenger": 0.9704, "champion": 0.9667, "improvement": 0.0037, "low": -0.0074,
+        "high": 0.0148, "confidence": 0.95, "rows": 540, "resamples": 2000, "seed": 42,
+        "test": "paired bootstrap of the accuracy difference, 2000 resamples of the 540 test rows",
+        "mcnemar": {"challenger_only": 9, "champion_only": 7, "p_value": 0.8036},
+    }  # fmt: skip
+    md = report.registry_markdown(registration(comparison=comparison))
+    assert "Paired comparison on the same 540 test rows (accuracy):" in md
+    assert "| 95% one-sided bounds | [-0.0074, 0.0148] |" in md
+    assert "| McNemar (exact) | only the challenger right on 9 rows, only the champion on 7: p = 0.8036 |" in md
+    assert "Paired comparison" not in report.registry_markdown(registration(comparison=None))

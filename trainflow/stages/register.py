@@ -6,26 +6,35 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+import numpy as np
+
 from trainflow import lineage, registry, tracking
 from trainflow.data.schema import Schema
 from trainflow.errors import ServiceError, UserError
+from trainflow.gate import Scored
 from trainflow.io import read_json, sha256_files, write_json
 from trainflow.params import PipelineParams
 from trainflow.paths import Paths
+from trainflow.predict import ExportedModel
 
 
 def rescorer(params: PipelineParams, paths: Paths) -> registry.Rescore:
     """models:/name/version -> that version's metrics on this project's test split, measured as evaluate does."""
 
-    def rescore(model_uri: str) -> dict[str, float]:
+    def rescore(model_uri: str) -> tuple[dict[str, float], Scored]:
         from trainflow import predict
-        from trainflow.stages.evaluate import score_split
 
-        exported = predict.load(model_uri)  # the registered pyfunc, loaded from code: nothing unpickled
-        metrics, _, _ = score_split(exported, paths, "register", params.evaluate.batch_size, params.data)
-        return metrics
+        return scored(predict.load(model_uri), params, paths)  # the registered pyfunc, loaded from code: no pickle
 
     return rescore
+
+
+def scored(exported: ExportedModel, params: PipelineParams, paths: Paths) -> tuple[dict[str, float], Scored]:
+    """A model's metrics and per-row outputs on this project's test split, measured as evaluate measures them."""
+    from trainflow.stages.evaluate import score_split
+
+    metrics, outputs, labels = score_split(exported, paths, "register", params.evaluate.batch_size, params.data)
+    return metrics, Scored(np.asarray(labels), np.asarray(outputs))
 
 
 def logged_model(params: PipelineParams, paths: Paths, train_run: dict[str, Any]) -> tuple[str, str]:
@@ -74,6 +83,10 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
         "params_hash": lineage.params_hash(params.model_dump()),
         registry.MODEL_TAG: tracking.model_hash(paths.final),  # a retrain to the same bytes registers no version
     }
+    # The paired gate compares this model and the champion row by row: this one's outputs, scored as evaluate did.
+    challenger = None
+    if params.register.decide == "paired":
+        challenger = scored(ExportedModel.load(paths.final), params, paths)[1]
     uri = tracking.configure(paths.root)
     try:
         run_id, model_uri = logged_model(params, paths, train_run)
@@ -85,6 +98,8 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
             {**tags, "mlflow_run_id": run_id},
             test_hash=sha256_files([test_file]),
             rescore=rescorer(params, paths),
+            challenger=challenger,
+            seed=params.seed,
         )
     except (UserError, ServiceError):  # a ServiceError from the registry names what failed already
         raise

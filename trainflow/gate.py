@@ -1,0 +1,187 @@
+"""The champion gate's evidence: champion and challenger compared on the same test rows with a paired test.
+
+Two point estimates on a few hundred test rows differ by a prediction or two on noise alone, so "the challenger's
+accuracy is higher" flips the champion back and forth. Both models are scored on the same rows, so the paired
+question has an answer: resample the rows (the same resample for both models), recompute the gate metric of each,
+and look at the distribution of the difference. `register.decide: paired` (the default) promotes only when the lower
+confidence bound of the improvement exceeds `register.min_improvement`; `register.promote_if: not_worse` promotes
+unless the upper bound is below -min_improvement (the challenger is worse, with that confidence).
+
+The bootstrap is seeded (the pipeline's `seed`), so a rerun makes the same decision. For accuracy the report also
+gives McNemar's exact test on the rows where exactly one of the two is right. The metric of each resample is
+computed from per-row values where the metric allows it (accuracy, log_loss, mae, rmse, r2: vectorised), else by
+evaluate's own function per resample (f1_macro, roc_auc, pr_auc, ece: slower, linear in the test rows).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+RESAMPLES = 2000  # bootstrap resamples: the 5% quantile's own noise is about 0.5 percentage points of its level
+CHUNK_CELLS = 4 << 20  # resampled row indices held at once (int64: 32 MiB)
+MINIMIZE = {"log_loss", "ece", "rmse", "mae"}  # lower is better
+
+
+@dataclass
+class Scored:
+    """One model's outputs on the test rows: labels [n] (class index or target value) and outputs (probabilities
+    [n, classes] or values [n]), in the row order of the test split."""
+
+    labels: np.ndarray
+    outputs: np.ndarray
+
+
+@dataclass
+class Comparison:
+    """What the paired test found. `improvement` is oriented so that positive means the challenger is better (for a
+    lower-is-better metric, champion minus challenger)."""
+
+    metric: str
+    challenger: float
+    champion: float
+    improvement: float
+    low: float  # the one-sided lower confidence bound of the improvement
+    high: float  # the one-sided upper confidence bound
+    confidence: float
+    rows: int
+    resamples: int
+    seed: int
+    test: str
+    mcnemar: dict[str, Any] | None = None  # accuracy: rows only one of the two gets right, and the exact p-value
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def tags(self) -> dict[str, str]:
+        """The registry version's tags: the evidence beside the decision."""
+        out = {
+            "gate.improvement": repr(self.improvement),
+            "gate.bounds": f"[{self.low!r}, {self.high!r}] at {self.confidence:g} one-sided",
+            "gate.test": self.test,
+        }
+        if self.mcnemar is not None:
+            m = self.mcnemar
+            out["gate.mcnemar"] = (
+                f"challenger only right on {m['challenger_only']} rows, champion only on {m['champion_only']}; "
+                f"p = {m['p_value']:.4g}"
+            )
+        return out
+
+
+def _per_row(metric: str, scored: Scored) -> np.ndarray | None:
+    """The per-row values whose mean is the metric (or, for rmse and r2, is built from), when there are any."""
+    y, out = scored.labels, scored.outputs
+    if metric == "accuracy":
+        return (out.argmax(axis=1) == y).astype(np.float64)
+    if metric == "log_loss":
+        p = np.clip(out[np.arange(len(y)), y.astype(np.int64)], 1e-15, 1.0)
+        return -np.log(p)
+    if metric == "mae":
+        return np.abs(out - y)
+    if metric in ("rmse", "r2"):
+        return (out - y) ** 2
+    return None
+
+
+def _resampled(metric: str, scored: Scored, idx: np.ndarray) -> np.ndarray:
+    """The metric on each resample: idx [resamples, n] of row indices."""
+    values = _per_row(metric, scored)
+    if values is not None:
+        mean = values[idx].mean(axis=1)
+        if metric == "rmse":
+            return np.sqrt(mean)
+        if metric == "r2":
+            y = scored.labels[idx]
+            total = ((y - y.mean(axis=1, keepdims=True)) ** 2).mean(axis=1)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                return 1.0 - mean / total
+        return mean
+    metric_of = _metric_function(metric)
+    return np.array([metric_of(scored.labels[i], scored.outputs[i]) for i in idx])
+
+
+def _metric_function(metric: str) -> Callable[[np.ndarray, np.ndarray], float]:
+    from trainflow.stages.evaluate import classification_metrics, ranked_metrics
+
+    if metric in ("roc_auc", "pr_auc"):
+        return lambda y, p: float(ranked_metrics(y, p)[metric])
+    return lambda y, p: float(classification_metrics(y, p)[metric])
+
+
+def metric_value(metric: str, scored: Scored) -> float:
+    """The metric on all the rows (the resample that is the test split itself)."""
+    return float(_resampled(metric, scored, np.arange(len(scored.labels))[None, :])[0])
+
+
+def mcnemar(challenger: Scored, champion: Scored) -> dict[str, Any]:
+    """McNemar's exact test: of the rows exactly one model gets right, how many each gets, and the two-sided p-value
+    of a split at least that uneven if neither were better (binomial, p = 1/2)."""
+    right_new = challenger.outputs.argmax(axis=1) == challenger.labels
+    right_old = champion.outputs.argmax(axis=1) == champion.labels
+    only_new, only_old = int(np.sum(right_new & ~right_old)), int(np.sum(right_old & ~right_new))
+    n, k = only_new + only_old, min(only_new, only_old)
+    # P(X <= k) for X ~ Binomial(n, 1/2), doubled (the distribution is symmetric), at most 1
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n if n else 1.0
+    return {"challenger_only": only_new, "champion_only": only_old, "p_value": min(1.0, 2 * tail)}
+
+
+def compare(
+    metric: str, challenger: Scored, champion: Scored, confidence: float, seed: int, resamples: int = RESAMPLES
+) -> Comparison:
+    """The paired bootstrap of the improvement of `challenger` over `champion` on the same rows."""
+    n = len(challenger.labels)
+    if n != len(champion.labels) or not np.array_equal(challenger.labels, champion.labels):
+        raise ValueError("the champion and the challenger label the test rows differently (another list of classes?)")
+    sign = -1.0 if metric in MINIMIZE else 1.0
+    rng = np.random.default_rng(seed)
+    per_chunk = max(1, CHUNK_CELLS // max(n, 1))
+    diffs = []
+    for start in range(0, resamples, per_chunk):
+        idx = rng.integers(0, n, size=(min(per_chunk, resamples - start), n))
+        diffs.append(sign * (_resampled(metric, challenger, idx) - _resampled(metric, champion, idx)))
+    d = np.concatenate(diffs)
+    d = d[np.isfinite(d)]  # r2 of a resample whose labels are all equal
+    new, old = metric_value(metric, challenger), metric_value(metric, champion)
+    low, high = (float(np.quantile(d, q)) for q in (1 - confidence, confidence)) if len(d) else (math.nan, math.nan)
+    return Comparison(
+        metric=metric,
+        challenger=new,
+        champion=old,
+        improvement=sign * (new - old),
+        low=low,
+        high=high,
+        confidence=confidence,
+        rows=n,
+        resamples=resamples,
+        seed=seed,
+        test=f"paired bootstrap of the {metric} difference, {resamples} resamples of the {n} test rows",
+        mcnemar=mcnemar(challenger, champion) if metric == "accuracy" else None,
+    )
+
+
+def decide(c: Comparison, promote_if: str, min_improvement: float) -> tuple[bool, str]:
+    """(promote, why) by the paired rule."""
+    pct = f"{c.confidence:.0%}"
+    interval = f"improvement {c.improvement:+.4g}, {pct} bounds [{c.low:+.4g}, {c.high:+.4g}]"
+    if promote_if == "not_worse":
+        promote = c.high >= -min_improvement
+        rule = (
+            f"not worse by more than {min_improvement:g} with {pct} confidence"
+            if promote
+            else f"worse by more than {min_improvement:g} with {pct} confidence"
+        )
+    else:
+        promote = c.low > min_improvement
+        rule = (
+            f"better by more than {min_improvement:g} with {pct} confidence"
+            if promote
+            else f"not shown better by more than {min_improvement:g} with {pct} confidence (the lower bound is "
+            f"{c.low:+.4g})"
+        )
+    values = f"{c.metric} {c.challenger:.6g} vs the champion's {c.champion:.6g} on the same {c.rows} test rows"
+    return promote, f"{values}, {interval}: {rule}"
