@@ -24,6 +24,7 @@ from mlflow.protos.databricks_pb2 import (
     RESOURCE_DOES_NOT_EXIST,
     TEMPORARILY_UNAVAILABLE,
 )
+from scipy.stats import binomtest
 
 from trainflow import registry
 from trainflow.errors import DiskFullError, ServiceError
@@ -638,7 +639,9 @@ def test_the_paired_gate_promotes_a_real_improvement_and_not_a_reseeded_twin(csv
         low, high = hand_bootstrap(new, old, seed=load_params(paths.params).seed, confidence=0.95)
         assert (c["low"], c["high"]) == pytest.approx((low, high), abs=1e-12)
         assert c["mcnemar"]["challenger_only"] == int(np.sum(new & ~old))
-        assert reg["champion"] is (low > 0), reg["decision"]
+        differ = int(np.sum(new != old))
+        p_better = binomtest(int(np.sum(new & ~old)), differ, 0.5, alternative="greater").pvalue if differ else 1.0
+        assert reg["champion"] is bool(low > 0 and p_better < 0.05), reg["decision"]
         assert reg["champion"] or step == 1, reg["decision"]  # a real improvement is promoted
         assert aliases("blobs") == {"champion": str(reg["champion_version"]), "challenger": str(reg["version"])}
         tags = MlflowClient().get_model_version("blobs", str(reg["version"])).tags

@@ -84,8 +84,23 @@ def test_mcnemar_is_the_exact_binomial_test(only_new: int, only_old: int) -> Non
     right_old = np.array([True] * both + [False] * only_new + [True] * only_old + [False] * 20)
     got = mcnemar(classifier(y, right_new, 1, 2), classifier(y, right_old, 2, 2))
     assert (got["challenger_only"], got["champion_only"]) == (only_new, only_old)
-    expected = binomtest(only_new, only_new + only_old, 0.5).pvalue if only_new + only_old else 1.0
-    assert got["p_value"] == pytest.approx(expected, rel=1e-12)
+    n = only_new + only_old
+    for key, alternative in (("p_value", "two-sided"), ("p_better", "greater"), ("p_worse", "less")):
+        expected = binomtest(only_new, n, 0.5, alternative=alternative).pvalue if n else 1.0
+        assert got[key] == pytest.approx(expected, rel=1e-12), key
+
+
+def test_a_few_rows_all_one_way_are_not_evidence_for_mcnemar_though_the_bootstrap_bound_is_above_0() -> None:
+    """bench/gate.py found this pair: 3 rows better, none worse, of 269. 95% of resamples hold one of the 3, so the
+    bootstrap's lower bound is above 0; McNemar's one-sided p is 1/8, and the champion stays. 10 of 10 is evidence."""
+    few = compare("accuracy", *pair(269, 3), confidence=0.95, seed=42)
+    assert few.low > 0 and few.mcnemar is not None and few.mcnemar["p_better"] == 0.125
+    promoted, why = decide(few, "better", 0.0)
+    assert not promoted and "McNemar's one-sided p 0.125" in why
+    many = compare("accuracy", *pair(269, 10), confidence=0.95, seed=42)
+    assert decide(many, "better", 0.0)[0]
+    # the same rows under not_worse, the other way round: 3 rows worse is not shown worse
+    assert decide(compare("accuracy", *pair(269, -3), confidence=0.95, seed=42), "not_worse", 0.0)[0]
 
 
 def pair(n: int, extra_right: int, base: float = 0.8, seed: int = 0) -> tuple[Scored, Scored]:
@@ -116,7 +131,7 @@ def test_not_worse_promotes_unless_shown_worse() -> None:
     assert decide(slightly, "not_worse", 0.0)[0]  # two rows worse is within noise
     worse = compare("accuracy", *pair(300, -30), confidence=0.95, seed=0)
     promoted, why = decide(worse, "not_worse", 0.0)
-    assert not promoted and "worse by more than 0" in why
+    assert not promoted and ": worse by more than 0 with 95% confidence" in why
     assert decide(worse, "not_worse", 0.2)[0]  # ... unless the tolerance covers it
 
 
