@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -56,6 +56,7 @@ class Comparison:
     seed: int
     test: str
     mcnemar: dict[str, Any] | None = None  # accuracy: rows only one of the two gets right, and the exact p-value
+    slices: list[dict[str, Any]] = field(default_factory=list)  # the two on parts of the rows (`sliced`)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -73,6 +74,25 @@ class Comparison:
                 f"challenger only right on {m['challenger_only']} rows, champion only on {m['champion_only']}; "
                 f"p = {m['p_value']:.4g}"
             )
+        return out
+
+
+@dataclass
+class Slicing:
+    """What names the slices of the test rows: the assignment generation the challenger's split is (a version is
+    tagged with it), the generation each test row arrived in, and the class names (classification)."""
+
+    generation: int | None
+    row_since: np.ndarray | None
+    classes: list[str] | None
+
+    def masks(self, labels: np.ndarray, champion_generation: int | None) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        if self.row_since is not None and champion_generation is not None and len(self.row_since) == len(labels):
+            new = self.row_since > champion_generation
+            out |= {"rows new since the champion's split": new, "rows the champion's split had": ~new}
+        for k, name in enumerate(self.classes or []):
+            out[f"class {name}"] = labels == k
         return out
 
 
@@ -173,6 +193,28 @@ def compare(
         test=f"paired bootstrap of the {metric} difference, {resamples} resamples of the {n} test rows",
         mcnemar=mcnemar(challenger, champion) if metric == "accuracy" else None,
     )
+
+
+def sliced(c: Comparison, challenger: Scored, champion: Scored, masks: dict[str, np.ndarray]) -> None:
+    """Fill `c.slices`: the gate metric of both models on each named subset of the test rows (new rows and old, each
+    class), with how many rows only one of the two gets right (classification). No test per slice: a slice is for
+    reading (where did the challenger win or lose?), the decision is on all the rows."""
+    metric = c.metric if _per_row(c.metric, challenger) is not None or c.metric == "r2" else "accuracy"
+    if challenger.outputs.ndim == 1 and metric == "accuracy":
+        metric = c.metric  # regression: only the gate metric makes sense
+    sign = -1.0 if metric in MINIMIZE else 1.0
+    for name, mask in masks.items():
+        rows = int(mask.sum())
+        if rows == 0:
+            continue
+        new, old = (Scored(s.labels[mask], s.outputs[mask]) for s in (challenger, champion))
+        a, b = metric_value(metric, new), metric_value(metric, old)
+        entry: dict[str, Any] = {"slice": name, "rows": rows, "metric": metric, "challenger": a, "champion": b,
+                                 "improvement": sign * (a - b)}  # fmt: skip
+        if challenger.outputs.ndim == 2:
+            m = mcnemar(new, old)
+            entry |= {"challenger_only": m["challenger_only"], "champion_only": m["champion_only"]}
+        c.slices.append(entry)
 
 
 def decide(c: Comparison, promote_if: str, min_improvement: float) -> tuple[bool, str]:

@@ -41,6 +41,7 @@ DECISION_TAG = "registry_decision"
 MODEL_TAG = "model_sha256"  # version tag: the hash of models/final's files (tracking.model_hash)
 HISTORY_TAG = "champion_history"  # registered model tag: the champion versions, oldest first (JSON), for rollback
 CHANGE_TAG = "champion_change"  # version tag: how and why it (last) became champion
+GENERATION_TAG = "split_generation"  # version tag: the split assignment's generation it was trained on
 
 # models:/name/version -> its metrics and per-row outputs on the current test split
 Rescore = Callable[[str], tuple[dict[str, float], paired.Scored]]
@@ -206,6 +207,7 @@ def register(
     rescore: Rescore,
     challenger: paired.Scored | None = None,
     seed: int = 0,
+    slicing: paired.Slicing | None = None,
 ) -> dict[str, Any]:
     """Register the model of run `run_id` (`model_uri`) as a version of `params.model_name` (alias `challenger`); move
     `champion` to it only if it beats the champion on the same test data (hash `test_hash`): by `params.decide`,
@@ -228,6 +230,8 @@ def register(
         raise ValueError("register.decide: paired needs the challenger's per-row outputs")
     comparison: paired.Comparison | None = None
     all_tags = {**tags, TEST_HASH_TAG: test_hash, **{f"metric.{k}": repr(float(v)) for k, v in metrics.items()}}
+    if slicing is not None and slicing.generation is not None:
+        all_tags[GENERATION_TAG] = str(slicing.generation)
     with registry_lock(mlflow.get_tracking_uri()):
         failpoint("register")
         existing = version_of_run(client, name, run_id)
@@ -270,6 +274,10 @@ def register(
                 if params.decide == "paired" and gate in previous:
                     assert challenger is not None and rows is not None
                     comparison = paired.compare(gate, challenger, rows, params.confidence, seed)
+                    if slicing is not None:
+                        then = current.tags.get(GENERATION_TAG)
+                        masks = slicing.masks(challenger.labels, int(then) if then is not None else None)
+                        paired.sliced(comparison, challenger, rows, masks)
             except Exception as exc:  # noqa: BLE001 - a champion that cannot be scored stays, and the decision says why
                 # ... but only when the champion is what failed. An outage of the store its files come from, of the
                 # registry (asked once more: an outage unavailable() does not recognise) or a full disk says nothing

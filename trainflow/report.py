@@ -132,7 +132,17 @@ def comparison_markdown(c: dict[str, Any]) -> str:
             ["McNemar (exact)", f"only the challenger right on {m['challenger_only']} rows, only the champion on "
              f"{m['champion_only']}: p = {fmt(m['p_value'])}"]
         )  # fmt: skip
-    return f"Paired comparison on the same {c['rows']} test rows ({c['metric']}):\n\n" + _table(["", ""], rows)
+    out = f"Paired comparison on the same {c['rows']} test rows ({c['metric']}):\n\n" + _table(["", ""], rows)
+    if slices := c.get("slices"):
+        header = ["slice", "rows", "metric", "challenger", "champion", "improvement", "only challenger right",
+                  "only champion right"]  # fmt: skip
+        table = [
+            [str(x["slice"]), str(x["rows"]), str(x["metric"]), fmt(x["challenger"]), fmt(x["champion"]),
+             fmt(x["improvement"]), str(x.get("challenger_only", NONE)), str(x.get("champion_only", NONE))]
+            for x in slices
+        ]  # fmt: skip
+        out += "\n\nBy slice (for reading; the decision is on all the rows):\n\n" + _table(header, table)
+    return out
 
 
 def registry_markdown(reg: dict[str, Any]) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -501,3 +503,35 @@ def test_the_note_on_small_classes_names_those_missing_from_val_or_test_and_no_o
         )
         == []
     )
+
+
+def test_each_row_knows_the_generation_it_arrived_in(tmp_path: Path) -> None:
+    """The gate's new-rows slice: a key's generation is the assignment that first placed it. A rerun without new rows
+    is no new generation; new settings (every row assigned afresh) are; an assignment saved without generations reads
+    as generation 0."""
+    p = SplitParams(key=["id"], val_fraction=0.2, test_fraction=0.2)
+    first = random_frame(300)
+    one = assign(first, schema_for(first), p, 0)
+    assert one.assignment is not None and one.assignment.generation == 1 and set(one.since.tolist()) == {1}
+    one.assignment.save(tmp_path / "a.parquet")
+    saved = Assignment.load(tmp_path / "a.parquet")
+    assert saved is not None and saved.generation == 1
+
+    grown = pd.concat([first, random_frame(30, seed=1).assign(id=lambda f: f["id"] + 300)], ignore_index=True)
+    two = assign(grown, schema_for(grown), p, 0, previous=saved)
+    assert two.assignment is not None and two.assignment.generation == 2
+    np.testing.assert_array_equal(two.since, np.where(grown["id"] >= 300, 2, 1))  # by id: the appended rows are new
+    same = assign(grown, schema_for(grown), p, 0, previous=two.assignment)
+    assert same.assignment is not None and same.assignment.generation == 2
+    np.testing.assert_array_equal(same.since, two.since)
+    afresh = assign(grown, schema_for(grown), p, 1, previous=two.assignment)  # another seed: assigned afresh
+    assert afresh.assignment is not None and afresh.assignment.generation == 3 and set(afresh.since.tolist()) == {3}
+
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(tmp_path / "a.parquet").drop(["since"])  # as saved before generations
+    pq.write_table(table.replace_schema_metadata({b"trainflow": table.schema.metadata[b"trainflow"]}), tmp_path / "o")
+    old = Assignment.load(tmp_path / "o")
+    assert old is not None and old.generation == 0 and not old.since.any()
+    after_old = assign(grown, schema_for(grown), p, 0, previous=old)
+    np.testing.assert_array_equal(after_old.since, np.where(grown["id"] >= 300, 1, 0))

@@ -650,3 +650,41 @@ def test_the_paired_gate_promotes_a_real_improvement_and_not_a_reseeded_twin(csv
         assert ("not shown better by more than 0 with 95% confidence" in reg["decision"]) is not reg["champion"]
         if step == 0:
             assert old.mean() < 0.6 < 0.85 < new.mean() and c["low"] > 0.2
+
+
+def test_after_new_rows_the_comparison_shows_the_new_rows_slice_and_each_class(csv_project: Path) -> None:
+    """10% new rows appended, then a retrain: the comparison's slices hold the test rows the champion's split did not
+    have (found here by their values), the ones it had, and each class, with both models' accuracy on each."""
+    paths = Paths(csv_project)
+    run_all(csv_project)
+    champion_model = csv_project.parent / "champion"
+    shutil.copytree(paths.final, champion_model)
+    first = blobs()
+    appended = blobs(n=24, seed=1)
+    pd.concat([first, appended], ignore_index=True).to_csv(csv_project / "data/raw/blobs.csv", index=False)
+    run_all(csv_project)
+
+    reg = read_json(paths.registration)
+    slices = {s["slice"]: s for s in reg["comparison"]["slices"]}
+    test = pd.read_parquet(paths.split_file("test"))
+    is_new = test.merge(appended.assign(_new=True), how="left", on=list(appended.columns))["_new"].eq(True).to_numpy()
+    assert 0 < is_new.sum() < len(test)
+    new, old = slices["rows new since the champion's split"], slices["rows the champion's split had"]
+    assert (new["rows"], old["rows"]) == (int(is_new.sum()), int((~is_new).sum()))
+
+    def accuracy(model: Path, rows: np.ndarray) -> float:
+        exported = ExportedModel.load(model)
+        right = exported.outputs(test).argmax(axis=1) == exported.pre.labels(test, "test")
+        return float(right[rows].mean())
+
+    assert new["challenger"] == pytest.approx(accuracy(paths.final, is_new))
+    assert new["champion"] == pytest.approx(accuracy(champion_model, is_new))
+    assert old["champion"] == pytest.approx(accuracy(champion_model, ~is_new))
+    labels = test["label"].to_numpy()
+    for name in sorted(set(labels)):
+        assert slices[f"class {name}"]["rows"] == int((labels == name).sum())
+        assert slices[f"class {name}"]["challenger"] == pytest.approx(accuracy(paths.final, labels == name))
+    from mlflow.tracking import MlflowClient
+
+    versions = MlflowClient().search_model_versions("name='blobs'")
+    assert sorted(v.tags["split_generation"] for v in versions) == ["1", "2"]

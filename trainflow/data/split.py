@@ -39,6 +39,7 @@ from trainflow.paths import SPLITS
 
 TRAIN, VAL, TEST = 0, 1, 2  # indices into SPLITS
 ASSIGNMENT = "assignment.parquet"
+TEST_ROWS = "test_rows.parquet"  # per row of test.parquet, in its order: the generation the row arrived in
 FORMAT = 2  # of the saved assignment; a change starts every project's assignment afresh (2: keys depend on the seed)
 _MAX_LISTED = 10
 # The proper non-empty subsets of the three splits, for the feasibility test in `quotas`.
@@ -80,11 +81,30 @@ def _canonical(s: pd.Series) -> pd.Series:
 
 @dataclass
 class Assignment:
-    """The split of every key (sorted, unique uint64 keys), and the settings it was made under."""
+    """The split of every key (sorted, unique uint64 keys), and the settings it was made under.
+
+    `since`: the generation of the assignment each key was first assigned in; `generation` counts the assignments
+    that added keys (1 for the first). A registered version is tagged with the generation it was trained on, so a
+    later comparison can tell the test rows its champion never saw (new data) from the ones it did."""
 
     keys: np.ndarray
     split: np.ndarray
     settings: dict[str, Any]
+    since: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
+    generation: int = 0
+
+    def __post_init__(self) -> None:
+        if len(self.since) != len(self.keys):  # an assignment saved before generations: every key from generation 0
+            self.since = np.zeros(len(self.keys), dtype=np.int32)
+
+    def generation_of(self, keys: np.ndarray) -> np.ndarray:
+        """The generation each of `keys` was first assigned in (int32), -1 for a key not saved."""
+        out = np.full(len(keys), -1, dtype=np.int32)
+        if len(self.keys):
+            pos = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
+            found = self.keys[pos] == keys
+            out[found] = self.since[pos[found]]
+        return out
 
     def lookup(self, keys: np.ndarray) -> np.ndarray:
         """The saved split of each of `keys` (int8), -1 for a key not saved."""
@@ -99,9 +119,15 @@ class Assignment:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        table = pa.table({"key": pa.array(self.keys, pa.uint64()), "split": pa.array(self.split, pa.int8())})
-        table = table.replace_schema_metadata({"trainflow": json.dumps(self.settings, sort_keys=True)})
-        pq.write_table(table, path)
+        table = pa.table(
+            {
+                "key": pa.array(self.keys, pa.uint64()),
+                "split": pa.array(self.split, pa.int8()),
+                "since": pa.array(self.since, pa.int32()),
+            }
+        )
+        metadata = {"trainflow": json.dumps(self.settings, sort_keys=True), "generation": str(self.generation)}
+        pq.write_table(table.replace_schema_metadata(metadata), path)
 
     @classmethod
     def load(cls, path: Path) -> Assignment | None:
@@ -112,15 +138,19 @@ class Assignment:
             return None
         try:
             table = pq.read_table(path)
-            settings = json.loads((table.schema.metadata or {})[b"trainflow"])
+            metadata = table.schema.metadata or {}
+            settings = json.loads(metadata[b"trainflow"])
             keys = table.column("key").to_numpy().astype(np.uint64)
             split = table.column("split").to_numpy().astype(np.int8)
+            has_since = "since" in table.column_names
+            since = table.column("since").to_numpy().astype(np.int32) if has_since else np.zeros(len(keys), np.int32)
+            generation = int(metadata.get(b"generation", b"0"))
         except Exception as exc:  # noqa: BLE001 - an unreadable record only means no row is kept where it was
             print(
                 f"split: cannot read {path} ({type(exc).__name__}: {exc}); assigning every row afresh", file=sys.stderr
             )
             return None
-        return cls(keys, split, settings)
+        return cls(keys, split, settings, since, generation)
 
 
 @dataclass
@@ -132,6 +162,7 @@ class Result:
     kept: int = 0  # rows whose key kept its saved split
     exact: bool = True  # every split's total within one row of its fraction (always, unless appends forbid it)
     notes: list[str] = field(default_factory=list)  # warnings shown to the user
+    since: np.ndarray | None = None  # per row: the assignment generation its key was first assigned in
 
 
 def assign(
@@ -188,6 +219,7 @@ def settings(frame: pd.DataFrame, schema: Schema, p: SplitParams, seed: int) -> 
 def _by_key(frame: pd.DataFrame, schema: Schema, p: SplitParams, seed: int, previous: Assignment | None) -> Result:
     current = settings(frame, schema, p, seed)
     notes: list[str] = []
+    last = previous.generation if previous is not None else 0  # afresh below: every key is new, a generation on
     if previous is not None and previous.settings.get("format") != FORMAT:
         notes.append("split: the saved assignment was made by an older trainflow, whose row keys did not depend on "
                      "the seed; every row is assigned afresh")  # fmt: skip
@@ -216,8 +248,10 @@ def _by_key(frame: pd.DataFrame, schema: Schema, p: SplitParams, seed: int, prev
         notes += _small_class_notes(labels, split, frame, schema)
     for note in notes:
         print(note, file=sys.stderr)
-    assignment = Assignment(unit_keys, split_of_unit, current)
-    return Result(split, assignment, kept=int(weight[held].sum()), exact=exact, notes=notes)
+    generation = last + 1 if (~held).any() or previous is None else last
+    since = np.where(held, previous.generation_of(unit_keys) if previous is not None else 0, generation)
+    assignment = Assignment(unit_keys, split_of_unit, current, since.astype(np.int32), generation)
+    return Result(split, assignment, int(weight[held].sum()), exact, notes, assignment.since[unit_of_row])
 
 
 def _units(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -10,8 +10,9 @@ import numpy as np
 
 from trainflow import lineage, registry, tracking
 from trainflow.data.schema import Schema
+from trainflow.data.split import ASSIGNMENT, TEST_ROWS
 from trainflow.errors import ServiceError, UserError
-from trainflow.gate import Scored
+from trainflow.gate import Scored, Slicing
 from trainflow.io import read_json, sha256_files, write_json
 from trainflow.params import PipelineParams
 from trainflow.paths import Paths
@@ -35,6 +36,19 @@ def scored(exported: ExportedModel, params: PipelineParams, paths: Paths) -> tup
 
     metrics, outputs, labels = score_split(exported, paths, "register", params.evaluate.batch_size, params.data)
     return metrics, Scored(np.asarray(labels), np.asarray(outputs))
+
+
+def split_generations(paths: Paths) -> tuple[int | None, np.ndarray | None]:
+    """(the split assignment's generation, the generation each test row arrived in), where the split saved them (not
+    a time split's, nor one made before they were saved)."""
+    import pyarrow.parquet as pq
+
+    assignment, rows = paths.splits / ASSIGNMENT, paths.splits / TEST_ROWS
+    if not (assignment.is_file() and rows.is_file()):
+        return None, None
+    metadata = pq.read_schema(assignment).metadata or {}
+    generation = int(metadata[b"generation"]) if b"generation" in metadata else None
+    return generation, pq.read_table(rows).column("since").to_numpy()
 
 
 def logged_model(params: PipelineParams, paths: Paths, train_run: dict[str, Any]) -> tuple[str, str]:
@@ -87,6 +101,7 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
     challenger = None
     if params.register.decide == "paired":
         challenger = scored(ExportedModel.load(paths.final), params, paths)[1]
+    slicing = Slicing(*split_generations(paths), schema.classes if schema.task == "classification" else None)
     uri = tracking.configure(paths.root)
     try:
         run_id, model_uri = logged_model(params, paths, train_run)
@@ -100,6 +115,7 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
             rescore=rescorer(params, paths),
             challenger=challenger,
             seed=params.seed,
+            slicing=slicing,
         )
     except (UserError, ServiceError):  # a ServiceError from the registry names what failed already
         raise

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pandas as pd
+
 from trainflow.data.schema import Schema
-from trainflow.data.split import ASSIGNMENT, Assignment, split_frame
+from trainflow.data.split import ASSIGNMENT, TEST_ROWS, Assignment, split_frame
 from trainflow.errors import UserError
 from trainflow.io import atomic_dir, write_json
 from trainflow.params import PipelineParams
@@ -29,6 +31,9 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
         write_json(tmp / paths.split_schema.name, schema.to_json())
         if result.assignment is not None:
             result.assignment.save(tmp / ASSIGNMENT)
+        if result.since is not None:  # per test row, the generation it arrived in: the gate's new-rows slice
+            test_rows = result.since[result.split == SPLITS.index("test")]
+            pd.DataFrame({"since": test_rows}).to_parquet(tmp / TEST_ROWS, index=False)
     out: dict[str, Any] = {name: len(parts[name]) for name in SPLITS}
     if result.assignment is not None:
         out["rows_kept_in_place"] = result.kept
