@@ -119,7 +119,8 @@ def _importance(s: Study) -> pd.DataFrame:
 
     complete = [t for t in s.trials() if t.state.name == "COMPLETE"]
     varied = {p for t in complete for p in t.params if len({json.dumps(u.params.get(p)) for u in complete}) > 1}
-    if len(complete) < 2 or not varied:
+    alike = len({t.value for t in complete}) < 2  # every trial scored the same: fANOVA has no variance to explain
+    if len(complete) < 2 or not varied or alike:
         return pd.DataFrame(columns=["param", "importance"])
     scores = optuna.importance.get_param_importances(
         s.study,

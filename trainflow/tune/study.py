@@ -120,7 +120,9 @@ def sampler(t: TuneParams, seed: int) -> optuna.samplers.BaseSampler:
         # constant_liar: a running trial counts as a bad one, so parallel workers do not all sample the same region.
         "tpe": lambda s: TPESampler(seed=s, constant_liar=True),
         "random": lambda s: RandomSampler(seed=s),
-        "grid": lambda s: GridSampler(space_.grid(t.space), seed=s),
+        # Not reseeded per trial: GridSampler shuffles its points with its seed and gives trial n the n-th point of
+        # that order, so every trial must see the same order (else points repeat and others are never visited).
+        "grid": lambda s: GridSampler(space_.grid(t.space), seed=seed),
     }
     sampler: optuna.samplers.BaseSampler = _per_trial_sampler()(makers[t.sampler], seed)
     return sampler
