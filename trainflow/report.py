@@ -169,6 +169,8 @@ def registry_markdown(reg: dict[str, Any]) -> str:
         parts += ["", f"Load this run's version: `mlflow.pyfunc.load_model('{reg['model_uri']}')`"]
     if c := reg.get("comparison"):
         parts += ["", comparison_markdown(c)]
+    if reason := reg.get("why"):
+        parts += ["", f"Why this run ran: {reason['summary']}"]
     tags = reg.get("tags") or {}
     if tags:
         parts += [

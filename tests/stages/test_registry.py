@@ -688,3 +688,49 @@ def test_after_new_rows_the_comparison_shows_the_new_rows_slice_and_each_class(c
 
     versions = MlflowClient().search_model_versions("name='blobs'")
     assert sorted(v.tags["split_generation"] for v in versions) == ["1", "2"]
+
+
+def test_each_run_says_what_changed_since_the_champion(csv_project: Path) -> None:
+    """Why a run ran (issue 27 item 2), against the champion: rows appended to the data file, a param, code (a commit
+    touching trainflow/), or nothing at all; in registration.json, the registry artifact and the run's MLflow tag."""
+    import subprocess
+
+    from mlflow.tracking import MlflowClient
+
+    from trainflow import report
+
+    paths = Paths(csv_project)
+
+    def register_again(*overrides: str) -> dict[str, Any]:
+        write_overrides(paths.params, list(overrides))
+        run_all(csv_project)
+        return read_json(paths.registration)["why"]  # type: ignore[no-any-return]
+
+    first = register_again()
+    assert first["compared_with"] is None and "first version" in first["summary"]
+    assert register_again()["summary"].startswith("nothing changed since champion version 1")
+
+    rows = blobs()
+    pd.concat([rows, blobs(n=24, seed=1)], ignore_index=True).to_csv(csv_project / "data/raw/blobs.csv", index=False)
+    grown = register_again()
+    assert grown["data"] == [f"data/raw/blobs.csv: +24 rows ({len(rows)} -> {len(rows) + 24})"], grown
+    assert grown["params"] == [] and grown["code"] == []
+    champion_now = int(aliases("blobs")["champion"])
+
+    changed = register_again("train.lr=0.005")
+    assert changed["compared_with"] == champion_now and changed["code"] == []
+    # against the champion, whichever it is: the data it was trained on (v1: before the append), its lr
+    assert changed["data"] == (grown["data"] if champion_now == 1 else [])
+    champion = MlflowClient().get_model_version("blobs", str(champion_now))
+    lr_then = MlflowClient().get_run(champion.run_id).data.params["train.lr"]
+    assert changed["params"] == [f"train.lr: {lr_then} -> 0.005"]
+    reg = read_json(paths.registration)
+    assert f"Why this run ran: {changed['summary']}" in report.registry_markdown(reg)
+    run = MlflowClient().get_run(reg["tags"]["mlflow_run_id"])
+    assert run.data.tags["trainflow.why"] == changed["summary"]
+
+    (csv_project / "trainflow_note.py").write_text("# a user model file would be here\n")
+    subprocess.run(["git", "add", "-A"], cwd=csv_project, check=True, capture_output=True)
+    subprocess.run(["git", "commit", "-qm", "code"], cwd=csv_project, check=True, capture_output=True)
+    coded = register_again("train.lr=0.004")
+    assert "trainflow_note.py" in coded["code"], coded

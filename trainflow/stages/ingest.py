@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from typing import Any
 
+from trainflow import why
 from trainflow.data.schema import Schema
-from trainflow.data.sources import read_source
+from trainflow.data.sources import RawTable, read_source
 from trainflow.data.validate import infer_schema, schema_params
 from trainflow.errors import ParamsError
 from trainflow.io import atomic_dir, write_json
@@ -34,6 +36,18 @@ def previous_schema(paths: Paths, d: DataParams) -> Schema | None:
     return previous
 
 
+def sources(table: RawTable) -> dict[str, Any]:
+    """What ingest read, per file: rows and content hash (data/processed/sources.json; trainflow.why compares it
+    with the champion's). A builtin set is one entry, hashed from its rows."""
+    if not table.files:
+        import pandas as pd
+
+        digest = hashlib.sha256(pd.util.hash_pandas_object(table.frame, index=False).to_numpy().tobytes())
+        return {table.source: {"rows": len(table.frame), "sha256": digest.hexdigest()}}
+    shown = [table.shown(i) for i in range(len(table.files))]
+    return why.data_files(shown, table.file_index, table.files, group_by_folder=table.fmt == "images")
+
+
 def run(params: PipelineParams, paths: Paths, accept_schema: bool = False) -> dict[str, Any]:
     """Ingest data.source. `accept_schema`: take the data's schema as it is now, without the drift check against the
     previous ingest (`trainflow stage ingest --accept-schema`, when the source changed on purpose)."""
@@ -48,6 +62,7 @@ def run(params: PipelineParams, paths: Paths, accept_schema: bool = False) -> di
     with atomic_dir(paths.processed) as tmp:
         frame.to_parquet(tmp / paths.table.name, index=False)
         write_json(tmp / paths.schema.name, schema.to_json())
+        write_json(tmp / why.SOURCES, sources(table))
     print(f"ingest: task {schema.task}: {schema.task_reason}", file=sys.stderr)
     out: dict[str, Any] = {"rows": schema.n_rows, "features": len(schema.features), "task": schema.task}
     if schema.task == "classification":

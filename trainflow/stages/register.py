@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from trainflow import lineage, registry, tracking
+from trainflow import lineage, registry, tracking, why
 from trainflow.data.schema import Schema
 from trainflow.data.split import ASSIGNMENT, TEST_ROWS
 from trainflow.errors import ServiceError, UserError
@@ -102,9 +102,14 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
     if params.register.decide == "paired":
         challenger = scored(ExportedModel.load(paths.final), params, paths)[1]
     slicing = Slicing(*split_generations(paths), schema.classes if schema.task == "classification" else None)
+    sources = paths.processed / why.SOURCES  # what ingest read: rows and hash per file
+    files = read_json(sources) if sources.is_file() else None
+    if files is not None:
+        tags[why.DATA_TAG] = why.data_tag(files)
     uri = tracking.configure(paths.root)
     try:
         run_id, model_uri = logged_model(params, paths, train_run)
+        reason = why_this_run(params, paths, files, commit, dirty, run_id)
         result = registry.register(
             model_uri,
             run_id,
@@ -128,5 +133,27 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
             "register` (or `dvc repro`, `trainflow run`) once the server answers; a model version is never "
             "registered twice."
         ) from exc
+    result["why"] = reason
+    print(f"register: why this run ran: {reason['summary']}", file=sys.stderr)
     write_json(paths.registration, result)
     return result
+
+
+def why_this_run(
+    params: PipelineParams, paths: Paths, files: dict[str, Any] | None, commit: str, dirty: bool, run_id: str
+) -> dict[str, Any]:
+    """What changed since the champion this run's model would replace (trainflow.why), also tagged on the training
+    run (`trainflow.why`) so the MLflow UI says it beside the run."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient()
+    name = params.register.model_name
+    champion = registry.current_champion(client, name)
+    then = None
+    if champion is not None and champion.run_id:
+        run = registry.lookup(lambda: client.get_run(champion.run_id), f"reading the run of champion {name!r}")
+        then = dict(run.data.params) if run is not None else None
+    now = {k: str(v) for k, v in tracking.flatten(params.model_dump()).items()}
+    reason = why.explain(paths.root, champion, then, files, now, commit, dirty)
+    registry.lookup(lambda: client.set_tag(run_id, "trainflow.why", reason["summary"][:5000]), "tagging the run")
+    return reason
