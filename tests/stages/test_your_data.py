@@ -118,7 +118,8 @@ def test_models_list_promote_and_rollback(
 
     from trainflow.io import write_json
 
-    root = project(tmp_path, "tips", tips(), **{"data.target": "tip"})
+    # register.decide: point: the r2 values below are made up (the paired rule re-scores both models instead)
+    root = project(tmp_path, "tips", tips(), **{"data.target": "tip", "register.decide": "point"})
     paths = Paths(root)
     pipeline(root, monkeypatch)
     for seed, delta in ((1, 0.05), (2, -0.05)):  # version 2 better (champion), version 3 worse
