@@ -21,7 +21,9 @@ import numpy as np
 SOURCES = "sources.json"  # in data/processed: what ingest read
 DATA_TAG = "data_files"  # version tag: {file: [rows, sha256 prefix]} (compact JSON), or a digest when too long
 TAG_LIMIT = 4500  # MLflow keeps 5000 characters of a version tag's value
-CODE_PATHS = ("trainflow", "models", "*.py")  # what makes the model besides data and params (a user model: *.py)
+# The code that makes a model besides data and params: the package, and a user's model module in the project root
+# (model.code); not tests, benches or flows.
+CODE_PATHS = ("trainflow", ":(glob)*.py")
 LISTED = 20
 
 

@@ -24,6 +24,8 @@ def test_each_change_alone_is_named_and_only_no_change_is_nothing(tmp_path: Path
     git(tmp_path, "config", "user.email", "t@t")
     git(tmp_path, "config", "user.name", "t")
     (tmp_path / "model.py").write_text("x = 1\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_model.py").write_text("x = 1\n")
     git(tmp_path, "add", "-A")
     git(tmp_path, "commit", "-qm", "one")
     then = git(tmp_path, "rev-parse", "HEAD")
@@ -45,6 +47,7 @@ def test_each_change_alone_is_named_and_only_no_change_is_nothing(tmp_path: Path
     assert lr["params"] == ["train.lr: 0.002 -> 0.01"] and "nothing changed" not in lr["summary"]
 
     (tmp_path / "model.py").write_text("x = 2\n")
+    (tmp_path / "tests" / "test_model.py").write_text("x = 2\n")  # not what makes the model
     dirty = why.explain(tmp_path, champion, params, files(100), params, then, True)
     assert dirty["code"] == ["model.py (uncommitted)"] and "nothing changed" not in dirty["summary"]
     git(tmp_path, "commit", "-qam", "two")
