@@ -155,6 +155,14 @@ def build_parser() -> argparse.ArgumentParser:
             cmd.add_argument("version", type=int, help="the version to make champion")
         if action != "list":
             cmd.add_argument("--reason", default="(no reason given)", help="why; recorded as a tag on the version")
+    verify = sub.add_parser(
+        "verify",
+        help="retrain a registered version from its commit, params and data; check it comes out byte for byte",
+        description="Prove a registered version reproduces: the code and params.yaml of its git commit, the splits "
+        "it was trained on out of the DVC cache (each file checked against DVC's md5), the train stage run in a "
+        "temporary folder, and the exported model's hash compared with the version's. Exit 0 when it matches.",
+    )
+    verify.add_argument("model", help="NAME@champion, NAME@challenger, NAME/VERSION (or models:/...)")
     tune = sub.add_parser(
         "tune",
         help="hyperparameter sweep (Optuna): trials of the tune: section, results in reports/tune/",
@@ -260,6 +268,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _models(args, paths)
     if args.command == "tune":
         return _tune(args, paths)
+    if args.command == "verify":
+        return _verify(args, paths)
     if args.command == "deploy":
         from flows.deploy import serve
 
@@ -391,6 +401,24 @@ def _models(args: argparse.Namespace, paths: Paths) -> int:
         return 0
     print(f"{name}: champion is now version {result['champion']} (was {result['previous_champion']})")
     return 0
+
+
+def _verify(args: argparse.Namespace, paths: Paths) -> int:
+    from trainflow import tracking
+    from trainflow.verify import verify
+
+    tracking.configure(paths.root)
+    result = verify(args.model, paths.root)
+    what = f"{result['model']} (commit {result['git_commit'][:12]}, data {result['data_hash']})"
+    if result["verified"]:
+        print(f"verify: {what} reproduces: the retrained model is byte for byte the registered one "
+              f"(sha256 {result['model_sha256'][:16]})")  # fmt: skip
+        return 0
+    print(f"error: verify: {what} did not reproduce: the retrained model's sha256 is {result['retrained_sha256'][:16]}"
+          f", the registered one's {result['model_sha256'][:16]}. The code, params and data were the recorded ones, so "
+          "the training itself differed: another device or precision (bit-exact on a CPU, or on one GPU with "
+          "train.deterministic), or other library versions", file=sys.stderr)  # fmt: skip
+    return 1
 
 
 def models_table(name: str, versions: list[dict[str, object]]) -> str:
