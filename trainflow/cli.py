@@ -414,8 +414,10 @@ def _verify(args: argparse.Namespace, paths: Paths) -> int:
         print(f"verify: {what} reproduces: the retrained model is byte for byte the registered one "
               f"(sha256 {result['model_sha256'][:16]})")  # fmt: skip
         return 0
+    differ = f"; test metrics differ: {', '.join(result['metrics_differ'])}" if result["metrics_differ"] else ""
     print(f"error: verify: {what} did not reproduce: the retrained model's sha256 is {result['retrained_sha256'][:16]}"
-          f", the registered one's {result['model_sha256'][:16]}. The code, params and data were the recorded ones, so "
+          f", the registered one's {result['model_sha256'][:16]}{differ}. The code, params and data were the "
+          "recorded ones, so "
           "the training itself differed: another device or precision (bit-exact on a CPU, or on one GPU with "
           "train.deterministic), or other library versions", file=sys.stderr)  # fmt: skip
     return 1

@@ -4,7 +4,8 @@ A version is tagged with the git commit it was trained from, DVC's hash of the s
 of the exported model. Verify takes exactly those: the code and params.yaml of the commit (`git archive`, into a
 temporary folder), the splits out of the DVC cache by their hash (each file's bytes checked against its md5 first, so
 a damaged cache is named, not trained on), then runs the train stage there with a throwaway MLflow store and compares
-the exported model's hash with the version's. Training is bit-exact on a CPU (and on one GPU with
+the exported model's hash (and the test metrics of the evaluate stage) with the version's, and tags the version
+`verified` with the answer. Training is bit-exact on a CPU (and on one GPU with
 train.deterministic), so a match proves the lineage; a mismatch names what differs.
 """
 
@@ -125,24 +126,37 @@ def verify(model: str, root: Path) -> dict[str, Any]:
         print(f"verify: retraining version {version.version} of {version.name} from commit {commit[:12]} and its "
               f"data ({tags['data_hash']})", file=sys.stderr)  # fmt: skip
         cli = "import sys; from trainflow.cli import main; sys.exit(main())"
-        train = subprocess.run(
-            [sys.executable, "-c", cli, "stage", "train", "-S", "train.progress=false"],
-            cwd=checkout,
-            env=env,
-            capture_output=True,
-            text=True,
-        )
-        if train.returncode != 0:
-            tail = "\n".join(train.stderr.strip().splitlines()[-15:])
-            raise UserError(f"verify {model}: the train stage of commit {commit[:12]} failed:\n{tail}")
+        for stage in ("train", "evaluate"):
+            done = subprocess.run(
+                [sys.executable, "-c", cli, "stage", stage, "-S", "train.progress=false"],
+                cwd=checkout,
+                env=env,
+                capture_output=True,
+                text=True,
+            )
+            if done.returncode != 0:
+                tail = "\n".join(done.stderr.strip().splitlines()[-15:])
+                raise UserError(f"verify {model}: the {stage} stage of commit {commit[:12]} failed:\n{tail}")
         got = tracking.model_hash(checkout / "models" / "final")
+        metrics = json.loads((checkout / "reports" / "metrics.json").read_text())
     expected = tags[registry.MODEL_TAG]
-    result = {
+    recorded = registry.tagged_metrics(version)
+    differ = sorted(k for k, v in recorded.items() if k in metrics and float(metrics[k]) != v)
+    what = [] if got == expected else ["the exported model (weights, config or preprocessing)"]
+    what += [f"test metrics {', '.join(differ)}"] if differ else []
+    verified = not what
+    from mlflow.tracking import MlflowClient
+
+    stamp = f"{'true' if verified else 'false'}: retrained from {commit[:12]} and data {tags['data_hash']}"
+    stamp += "; byte for byte the same model and test metrics" if verified else f"; differs: {'; '.join(what)}"
+    client = MlflowClient()
+    registry.lookup(lambda: client.set_model_version_tag(version.name, version.version, "verified", stamp), "tagging")
+    return {
         "model": f"models:/{version.name}/{version.version}",
         "git_commit": commit,
         "data_hash": tags["data_hash"],
         "model_sha256": expected,
         "retrained_sha256": got,
-        "verified": got == expected,
+        "metrics_differ": differ,
+        "verified": verified,
     }
-    return result

@@ -22,7 +22,7 @@ def dvc(root: Path, *args: str) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-@pytest.mark.slow  # a dvc repro and three retrainings: ~40 s idle
+@pytest.mark.slow  # a dvc repro and four retrainings: ~1 min idle
 def test_a_version_reproduces_and_a_damaged_cache_file_is_named_then_restored(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -33,8 +33,9 @@ def test_a_version_reproduces_and_a_damaged_cache_file_is_named_then_restored(
     assert main(["verify", "iris@champion"]) == 0
     out = capsys.readouterr().out
     assert "verify: models:/iris/1 (commit" in out and "reproduces" in out
-
     from mlflow.tracking import MlflowClient
+
+    assert MlflowClient().get_model_version("iris", "1").tags["verified"].startswith("true: retrained from")
 
     tags = MlflowClient().get_model_version("iris", "1").tags
     cache = root / ".dvc/cache/files/md5"
@@ -53,6 +54,15 @@ def test_a_version_reproduces_and_a_damaged_cache_file_is_named_then_restored(
     damaged.unlink()  # the advice, as written
     dvc(root, "pull", "data/splits")
     assert main(["verify", "models:/iris@champion"]) == 0
+
+    # Another model under the same tags: retrained, it differs, and verify says so (exit 1) and tags it
+    client = MlflowClient()
+    client.set_model_version_tag("iris", "1", "model_sha256", "0" * 64)
+    client.set_model_version_tag("iris", "1", "metric.accuracy", "0.5")
+    assert main(["verify", "iris/1"]) == 1
+    err = capsys.readouterr().err
+    assert "did not reproduce" in err and "test metrics differ: accuracy" in err
+    assert client.get_model_version("iris", "1").tags["verified"].startswith("false: retrained from")
 
 
 def test_a_model_name_without_a_version_says_how_to_name_one(capsys: pytest.CaptureFixture[str]) -> None:
