@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import shlex
+import shutil
 import sys
 import traceback
 from collections.abc import Sequence
@@ -148,8 +149,13 @@ def build_parser() -> argparse.ArgumentParser:
         ("list", "every version, newest first"),
         ("promote", "make VERSION the champion"),
         ("rollback", "champion back to the previous champion"),
+        ("show", "print the model card of a version (NAME@ALIAS or NAME/VERSION)"),
     ):
         cmd = msub.add_parser(action, help=text)
+        if action == "show":
+            cmd.add_argument("model", help="NAME@champion, NAME/VERSION (or models:/...)")
+            cmd.add_argument("--html", type=Path, help="also write the card's self-contained HTML page here")
+            continue
         cmd.add_argument("--name", help="registered model name (default: register.model_name in params.yaml)")
         if action == "promote":
             cmd.add_argument("version", type=int, help="the version to make champion")
@@ -390,8 +396,10 @@ def _models(args: argparse.Namespace, paths: Paths) -> int:
     from trainflow import registry, tracking
     from trainflow.params import load_params
 
-    name = args.name or load_params(paths.params).register.model_name
     tracking.configure(paths.root)
+    if args.action == "show":
+        return _show_card(args)
+    name = args.name or load_params(paths.params).register.model_name
     if args.action == "promote":
         result = registry.promote(name, args.version, args.reason)
     elif args.action == "rollback":
@@ -400,6 +408,31 @@ def _models(args: argparse.Namespace, paths: Paths) -> int:
         print(models_table(name, registry.list_versions(name)))
         return 0
     print(f"{name}: champion is now version {result['champion']} (was {result['previous_champion']})")
+    return 0
+
+
+def _show_card(args: argparse.Namespace) -> int:
+    """`trainflow models show NAME@ALIAS`: the version's model card, from its MLflow run (card/card.md)."""
+    import tempfile
+
+    import mlflow.artifacts
+    from mlflow.exceptions import MlflowException
+
+    from trainflow.verify import version_of
+
+    version = version_of(args.model)
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            got = Path(mlflow.artifacts.download_artifacts(run_id=version.run_id, artifact_path="card", dst_path=tmp))
+        except (MlflowException, OSError):
+            got = Path(tmp) / "none"
+        if not (got / "card.md").is_file():
+            raise UserError(f"{args.model}: version {version.version} has no model card (registered before cards); "
+                            "`trainflow stage register` writes one for the run it registers")  # fmt: skip
+        print((got / "card.md").read_text(encoding="utf-8"))
+        if args.html is not None:
+            shutil.copyfile(got / "card.html", args.html)
+            print(f"models show: the HTML card is in {args.html}", file=sys.stderr)
     return 0
 
 

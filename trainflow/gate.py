@@ -96,7 +96,7 @@ class Slicing:
         return out
 
 
-def _per_row(metric: str, scored: Scored) -> np.ndarray | None:
+def per_row(metric: str, scored: Scored) -> np.ndarray | None:
     """The per-row values whose mean is the metric (or, for rmse and r2, is built from), when there are any."""
     y, out = scored.labels, scored.outputs
     if metric == "accuracy":
@@ -111,9 +111,9 @@ def _per_row(metric: str, scored: Scored) -> np.ndarray | None:
     return None
 
 
-def _resampled(metric: str, scored: Scored, idx: np.ndarray) -> np.ndarray:
+def resampled(metric: str, scored: Scored, idx: np.ndarray) -> np.ndarray:
     """The metric on each resample: idx [resamples, n] of row indices."""
-    values = _per_row(metric, scored)
+    values = per_row(metric, scored)
     if values is not None:
         mean = values[idx].mean(axis=1)
         if metric == "rmse":
@@ -138,7 +138,7 @@ def _metric_function(metric: str) -> Callable[[np.ndarray, np.ndarray], float]:
 
 def metric_value(metric: str, scored: Scored) -> float:
     """The metric on all the rows (the resample that is the test split itself)."""
-    return float(_resampled(metric, scored, np.arange(len(scored.labels))[None, :])[0])
+    return float(resampled(metric, scored, np.arange(len(scored.labels))[None, :])[0])
 
 
 def mcnemar(challenger: Scored, champion: Scored) -> dict[str, Any]:
@@ -174,7 +174,7 @@ def compare(
     diffs = []
     for start in range(0, resamples, per_chunk):
         idx = rng.integers(0, n, size=(min(per_chunk, resamples - start), n))
-        diffs.append(sign * (_resampled(metric, challenger, idx) - _resampled(metric, champion, idx)))
+        diffs.append(sign * (resampled(metric, challenger, idx) - resampled(metric, champion, idx)))
     d = np.concatenate(diffs)
     d = d[np.isfinite(d)]  # r2 of a resample whose labels are all equal
     new, old = metric_value(metric, challenger), metric_value(metric, champion)
@@ -199,7 +199,7 @@ def sliced(c: Comparison, challenger: Scored, champion: Scored, masks: dict[str,
     """Fill `c.slices`: the gate metric of both models on each named subset of the test rows (new rows and old, each
     class), with how many rows only one of the two gets right (classification). No test per slice: a slice is for
     reading (where did the challenger win or lose?), the decision is on all the rows."""
-    metric = c.metric if _per_row(c.metric, challenger) is not None or c.metric == "r2" else "accuracy"
+    metric = c.metric if per_row(c.metric, challenger) is not None or c.metric == "r2" else "accuracy"
     if challenger.outputs.ndim == 1 and metric == "accuracy":
         metric = c.metric  # regression: only the gate metric makes sense
     sign = -1.0 if metric in MINIMIZE else 1.0

@@ -200,6 +200,9 @@ def artifacts(paths: Paths) -> list[Artifact]:
                 "mlflow-run", "The MLflow run that trained the model", mlflow_run_markdown(read_json(paths.train_run))
             )
         )
+    card = paths.reports / "card.md"
+    if card.is_file():
+        out.append(Artifact("model-card", "The registered version's model card", card.read_text(encoding="utf-8")))
     if registration is not None:
         out.append(
             Artifact("registry-decision", "Registry version and champion decision", registry_markdown(registration))

@@ -40,7 +40,8 @@ def resolve(model: str) -> tuple[str, str]:
     return name, which
 
 
-def _version(model: str) -> Any:
+def version_of(model: str) -> Any:
+    """The registry's model version `model` names (name@alias, name/version, models:/...)."""
     from mlflow.tracking import MlflowClient
 
     from trainflow import registry
@@ -53,7 +54,7 @@ def _version(model: str) -> Any:
     else:
         found = registry.lookup(lambda: client.get_model_version_by_alias(name, which), what)
     if found is None:
-        raise UserError(f"verify {model}: no such version in the registry (`trainflow models list --name {name}`)")
+        raise UserError(f"{model}: no such version in the registry (`trainflow models list --name {name}`)")
     return found
 
 
@@ -97,7 +98,7 @@ def verify(model: str, root: Path) -> dict[str, Any]:
     """Retrain `model`'s version from its commit, params and data; whether its exported model comes out the same."""
     from trainflow import registry, tracking
 
-    version = _version(model)
+    version = version_of(model)
     tags = version.tags
     missing = [t for t in ("git_commit", "data_hash", registry.MODEL_TAG) if tags.get(t) in (None, "", "unknown")]
     if missing:

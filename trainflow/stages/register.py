@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from trainflow import lineage, registry, tracking, why
+from trainflow import card, lineage, registry, tracking, why
 from trainflow.data.schema import Schema
 from trainflow.data.split import ASSIGNMENT, TEST_ROWS
 from trainflow.errors import ServiceError, UserError
@@ -98,9 +98,10 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
         registry.MODEL_TAG: tracking.model_hash(paths.final),  # a retrain to the same bytes registers no version
     }
     # The paired gate compares this model and the champion row by row: this one's outputs, scored as evaluate did.
-    challenger = None
-    if params.register.decide == "paired":
-        challenger = scored(ExportedModel.load(paths.final), params, paths)[1]
+    # This model's outputs on the test rows, scored as evaluate did: the paired gate compares them with the champion's
+    # row by row, and the model card's intervals are bootstraps of them.
+    outputs = scored(ExportedModel.load(paths.final), params, paths)[1]
+    challenger = outputs if params.register.decide == "paired" else None
     slicing = Slicing(*split_generations(paths), schema.classes if schema.task == "classification" else None)
     sources = paths.processed / why.SOURCES  # what ingest read: rows and hash per file
     files = read_json(sources) if sources.is_file() else None
@@ -135,6 +136,19 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
         ) from exc
     result["why"] = reason
     print(f"register: why this run ran: {reason['summary']}", file=sys.stderr)
+    cards = card.write(paths, result, metrics, outputs, params.seed)
+    try:
+        from mlflow.tracking import MlflowClient
+
+        for path in cards:  # with the version's run: `trainflow models show` reads it there
+            MlflowClient().log_artifact(run_id, str(path), "card")
+    except Exception as exc:
+        if not tracking.unavailable(exc):
+            raise
+        raise ServiceError(
+            f"register: the MLflow tracking store at {uri} did not answer while the model card was logged "
+            f"({type(exc).__name__}: {exc}); the version is registered. Rerun `trainflow stage register`."
+        ) from exc
     write_json(paths.registration, result)
     return result
 
