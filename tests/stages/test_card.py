@@ -17,7 +17,8 @@ from PIL import Image
 
 from trainflow import report
 from trainflow.cli import main
-from trainflow.params import load_params
+from trainflow.io import read_json
+from trainflow.params import load_params, write_overrides
 from trainflow.paths import SPLITS, Paths
 from trainflow.predict import ExportedModel
 from trainflow.stages import STAGES, run_stage
@@ -80,3 +81,14 @@ def test_the_card_holds_the_runs_numbers_and_real_plots(
     assert any(a.key == "model-card" and a.markdown == md for a in report.artifacts(paths))
     assert main(["models", "show", "blobs/7"]) == 2
     assert "no such version" in capsys.readouterr().err
+
+    # A retrain that exports the same bytes (another train.progress: an instant resume, a new MLflow run) registers
+    # no version: its card goes with version 1's run, where `models show` finds it.
+    write_overrides(paths.params, ["train.progress=true"])
+    for stage in ("train", "evaluate", "register"):
+        run_stage(stage, load_params(paths.params), paths)
+    reg = read_json(paths.registration)
+    assert reg["version"] == 1 and reg["decision"].startswith("no new version")
+    capsys.readouterr()
+    assert main(["models", "show", "blobs@champion"]) == 0
+    assert capsys.readouterr().out == (paths.reports / "card.md").read_text() + "\n"

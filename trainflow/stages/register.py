@@ -140,8 +140,11 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
     try:
         from mlflow.tracking import MlflowClient
 
-        for path in cards:  # with the version's run: `trainflow models show` reads it there
-            MlflowClient().log_artifact(run_id, str(path), "card")
+        # with the version's run (this run's, or, when no new version was made, the version's own): `trainflow
+        # models show` reads it there
+        version_run = str(result["tags"].get("mlflow_run_id") or run_id)
+        for path in cards:
+            MlflowClient().log_artifact(version_run, str(path), "card")
     except Exception as exc:
         if not tracking.unavailable(exc):
             raise
