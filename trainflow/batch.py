@@ -7,6 +7,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -127,20 +128,30 @@ def write_table(frame: pd.DataFrame, path: Path) -> None:
             frame.to_csv(tmp, index=False, sep="\t" if suffix == ".tsv" else ",")
 
 
-def _write_jsonl(frame: pd.DataFrame, path: Path, chunk: int = 65536) -> None:
+def _write_jsonl(frame: pd.DataFrame, path: Path) -> None:
+    with open(path, "wb") as f:
+        _write_jsonl_to(frame, f)
+
+
+def _write_jsonl_to(frame: pd.DataFrame, f: Any, chunk: int = 65536) -> None:
     """One JSON object per row; floats written in full (pandas' to_json keeps 10 digits), missing values as null."""
     import json
 
-    with open(path, "w", encoding="utf-8") as f:
-        for start in range(0, len(frame), chunk):
-            part = frame.iloc[start : start + chunk]
-            part = part.astype(object).where(part.notna(), None)
-            for row in part.to_dict(orient="records"):
-                f.write(json.dumps(row, default=str, ensure_ascii=False, allow_nan=False) + "\n")
+    for start in range(0, len(frame), chunk):
+        part = frame.iloc[start : start + chunk]
+        part = part.astype(object).where(part.notna(), None)
+        for row in part.to_dict(orient="records"):
+            f.write((json.dumps(row, default=str, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8"))
 
 
-def predict_file(model: str, input: Path, output: Path, batch_size: int = BATCH_SIZE) -> dict[str, object]:
+def predict_file(
+    model: str, input: Path, output: Path, batch_size: int = BATCH_SIZE, memory_budget_mb: float | None = None
+) -> dict[str, object]:
     """Score every row of `input` with `model`; write the rows plus the prediction columns to `output`.
+
+    A Parquet table bigger than `memory_budget_mb` (default: a quarter of this machine's memory, as
+    data.memory_budget_mb) is streamed: read a block of whole batches at a time, scored and appended to `output`, so
+    the outputs are the in-memory path's, bit for bit, at the memory of one block.
 
     Image models: `input` is a table whose image column holds paths (relative to the table's folder), a folder of
     class folders of images (each row then also holds its folder's name as the target, and the image's path), a flat
@@ -158,15 +169,77 @@ def predict_file(model: str, input: Path, output: Path, batch_size: int = BATCH_
     elif input.is_dir():
         assert column is not None
         frame = read_image_folder(input, column, exported.pre.target)
+    elif column is None and input.suffix.lower() == ".parquet" and _bigger_than_budget(input, memory_budget_mb):
+        rows = _predict_streamed(exported, input, output, batch_size)
+        return {"model": model, "input": str(input), "output": str(output), "rows": rows, "task": exported.pre.task}
     else:
         frame = read_table(input)
         if column is not None and (found := image_column(frame, column, input)) != column:
             frame, renamed = frame.rename(columns={found: column}), {column: found}
-    taken = [c for c in frame.columns if c == "prediction" or str(c).startswith("proba_")]
-    if taken:
-        raise UserError(f"--input {input}: already has prediction column(s) {taken}; drop or rename them first")
+    _check_free(frame, input)
     scored = exported.predict_frame(frame, batch_size, where=str(input), base=input.resolve().parent)
     if (images is not None or input.is_dir()) and column is not None:
         scored = scored.drop(columns=[column])  # the images' bytes (or absolute paths); the paths as shown stay
     write_table(scored.rename(columns=renamed), output)
     return {"model": model, "input": str(input), "output": str(output), "rows": len(scored), "task": exported.pre.task}
+
+
+def _check_free(frame: pd.DataFrame, input: Path) -> None:
+    taken = [c for c in frame.columns if c == "prediction" or str(c).startswith("proba_")]
+    if taken:
+        raise UserError(f"--input {input}: already has prediction column(s) {taken}; drop or rename them first")
+
+
+def _bigger_than_budget(input: Path, memory_budget_mb: float | None) -> bool:
+    from trainflow.data import stream
+    from trainflow.params import DataParams
+
+    budget = stream.budget_mb(DataParams.model_validate({"memory_budget_mb": memory_budget_mb}))
+    with _as_input():
+        size = stream.table_mb(input)
+    if size > budget:
+        print(f"predict: {input} is {size:,.1f} MiB once read, over the {budget:,.0f} MiB budget: streamed a block "
+              "at a time", file=sys.stderr)  # fmt: skip
+    return size > budget
+
+
+def _predict_streamed(exported: Any, input: Path, output: Path, batch_size: int) -> int:
+    """Score `input` (Parquet) a block of whole batches at a time, appending each block's rows to `output`."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from trainflow.data import stream
+    from trainflow.data.sources import _to_pandas, unnamed_index
+    from trainflow.io import atomic_path
+
+    try:
+        source = pq.ParquetFile(input)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise DataError(f"--input {input} is not a readable Parquet file ({exc})") from None
+    unnamed = unnamed_index(source.schema_arrow)
+    suffix = output_format(output)
+    rows = 0
+    with atomic_path(output) as tmp, open(tmp, "wb") as f:
+        writer: pq.ParquetWriter | None = None
+        for batch in source.iter_batches(batch_size=stream.block_rows(exported.pre.width, batch_size)):
+            table = pa.Table.from_batches([batch]).drop_columns(unnamed).replace_schema_metadata(None)
+            frame = _to_pandas(table)
+            if rows == 0:
+                _check_free(frame, input)
+            scored = exported.predict_frame(frame, batch_size, where=str(input))
+            if suffix == ".parquet":
+                block = pa.Table.from_pandas(scored, preserve_index=False)
+                writer = writer or pq.ParquetWriter(f, block.schema)
+                writer.write_table(block)
+            elif suffix == ".jsonl":
+                _write_jsonl_to(scored, f)
+            else:
+                text = scored.to_csv(index=False, header=rows == 0, sep="\t" if suffix == ".tsv" else ",")
+                f.write(text.encode("utf-8"))
+            rows += len(scored)
+        if writer is not None:
+            writer.close()
+    if rows == 0:
+        output.unlink(missing_ok=True)
+        raise DataError(f"--input {input} has no rows; fill it")
+    return rows

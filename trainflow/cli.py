@@ -124,6 +124,13 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--input", required=True, type=Path, help="a csv, tsv, parquet or jsonl file")
     predict.add_argument("--output", required=True, type=Path, help="where to write (.csv, .tsv, .parquet, .jsonl)")
     predict.add_argument("--batch-size", type=int, default=None, help="rows per forward pass (default 1024)")
+    predict.add_argument(
+        "--memory-budget-mb",
+        type=float,
+        default=None,
+        help="a Parquet --input bigger than this once read is streamed a block at a time (default: a quarter of "
+        "this machine's memory)",
+    )
     params = sub.add_parser("params", help="check params.yaml or print its JSON Schema")
     psub = params.add_subparsers(dest="action", required=True)
     check = psub.add_parser(
@@ -267,7 +274,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         from trainflow.stages import importable
 
         importable(paths.root)  # a model directory of a user model imports its module from the project
-        result = predict_file(args.model, args.input, args.output, args.batch_size or BATCH_SIZE)
+        result = predict_file(args.model, args.input, args.output, args.batch_size or BATCH_SIZE, args.memory_budget_mb)
         print(json.dumps(result, indent=2))
         return 0
     if args.command == "models":

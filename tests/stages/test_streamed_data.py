@@ -194,3 +194,44 @@ def test_the_streamed_files_live_as_long_as_the_training_even_when_building_it_f
     with pytest.raises(Exception, match="activation_checkpointing"):
         setup(refused, paths, torch.device("cpu"), Group(), trial / "checkpoints")
     assert not scratch.exists()
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".tsv", ".jsonl", ".parquet"])
+def test_predict_streams_a_parquet_input_over_the_budget_to_the_in_memory_output(
+    project: Path, tmp_path: Path, suffix: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`trainflow predict` on a Parquet table over --memory-budget-mb: blocks of whole batches (several here), each
+    scored and appended; the file written is the in-memory path's (csv, tsv, jsonl: byte for byte)."""
+    from trainflow.batch import predict_file
+
+    paths = Paths(project)
+    run_stage("train", load_params(paths.params), paths)
+    rows = table(n=300, seed=3).drop(columns=["y"])
+    rows.index = pd.Index(np.arange(300) * 7)  # an unnamed pandas index: row labels, dropped as read_source drops it
+    rows.to_parquet(tmp_path / "in.parquet")
+    held = predict_file(str(paths.final), tmp_path / "in.parquet", tmp_path / f"held{suffix}", batch_size=16)
+    assert "streamed" not in capsys.readouterr().err
+    monkeypatch.setattr(stream, "BLOCK_BYTES", 16 * 4 * 40)  # a block of 40 rows, rounded to whole batches of 16
+    streamed = predict_file(str(paths.final), tmp_path / "in.parquet", tmp_path / f"streamed{suffix}", 16, 0.0001)
+    assert "streamed a block at a time" in capsys.readouterr().err
+    assert held["rows"] == streamed["rows"] == 300
+    if suffix == ".parquet":
+        pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "held.parquet"),
+                                      pd.read_parquet(tmp_path / "streamed.parquet"))  # fmt: skip
+    else:
+        assert (tmp_path / f"held{suffix}").read_bytes() == (tmp_path / f"streamed{suffix}").read_bytes()
+    assert not list(tmp_path.glob(".*tmp*"))  # nothing half-written left beside it
+
+
+def test_a_streamed_predict_refuses_an_input_with_prediction_columns_and_writes_nothing(
+    project: Path, tmp_path: Path
+) -> None:
+    from trainflow.batch import predict_file
+    from trainflow.errors import UserError
+
+    paths = Paths(project)
+    run_stage("train", load_params(paths.params), paths)
+    table(n=50).assign(prediction=1.0).to_parquet(tmp_path / "in.parquet")
+    with pytest.raises(UserError, match="already has prediction column"):
+        predict_file(str(paths.final), tmp_path / "in.parquet", tmp_path / "out.csv", 16, 0.0001)
+    assert not (tmp_path / "out.csv").exists()

@@ -471,13 +471,15 @@ def _read_parquet(path: Path, shown: str) -> pa.Table:
     except (pa.ArrowException, OSError, ValueError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise DataError(f"data.source: {shown} is not a readable Parquet file ({first})") from None
-    meta = table.schema.pandas_metadata or {}
-    unnamed_index = [
-        c for c in meta.get("index_columns", []) if isinstance(c, str) and re.fullmatch(r"__index_level_\d+__", c)
-    ]
-    if unnamed_index:  # a pandas index without a name: row labels, not data (a named index stays as a column)
-        table = table.drop_columns(unnamed_index)
+    if unnamed := unnamed_index(table.schema):  # a pandas index without a name: row labels, not data
+        table = table.drop_columns(unnamed)
     return table.replace_schema_metadata(None)
+
+
+def unnamed_index(schema: pa.Schema) -> list[str]:
+    """The columns of a Parquet file that hold a pandas index without a name (a named index stays as a column)."""
+    meta = schema.pandas_metadata or {}
+    return [c for c in meta.get("index_columns", []) if isinstance(c, str) and re.fullmatch(r"__index_level_\d+__", c)]
 
 
 # --- images -----------------------------------------------------------------------------------------------------
