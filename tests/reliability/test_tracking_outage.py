@@ -241,7 +241,12 @@ def test_over_a_server_a_503_once_is_retried_and_only_not_found_means_no_champio
         raise AssertionError(f"{uri} re-scored, but the test split is the same")
 
     def register(accuracy: float, run_id: str) -> dict[str, Any]:
-        uri, params, metrics = f"runs:/{run_id}/model", RegisterParams(model_name="m"), {"accuracy": accuracy}
+        # the point rule: the accuracies are made up (the paired rule would re-score both models)
+        uri, params, metrics = (
+            f"runs:/{run_id}/model",
+            RegisterParams(model_name="m", decide="point"),
+            {"accuracy": accuracy},
+        )
         return registry.register(uri, run_id, params, metrics, {}, test_hash="h", rescore=no_rescore)
 
     # The champion lookup is answered 503 once: MLflow's HTTP retry asks again, and the answer decides.
