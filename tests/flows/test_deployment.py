@@ -28,7 +28,7 @@ from trainflow.paths import Paths
 
 pytestmark = pytest.mark.slow
 
-ARTIFACT_KEYS = {"training-metrics", "mlflow-run", "registry-decision"}
+ARTIFACT_KEYS = {"training-metrics", "mlflow-run", "registry-decision", "model-card"}
 
 
 @pytest.fixture(scope="module")
@@ -114,6 +114,7 @@ def test_trainflow_deploy_serves_a_scheduled_deployment_that_runs_the_pipeline(
         assert "| **accuracy** (gate, higher is better) |" in artifacts["training-metrics"].data
         paths = Paths(project.root)
         assert read_json(paths.registration)["decision"] in artifacts["registry-decision"].data
+        assert artifacts["model-card"].data == (paths.reports / "card.md").read_text()
         assert read_json(paths.metrics)["n_test"] > 0
         assert read_json(paths.registration)["version"] == 1
         assert any(p.is_file() for p in project.remote.rglob("*")), "DVC outputs were not pushed to the remote"

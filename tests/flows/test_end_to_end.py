@@ -46,7 +46,8 @@ def test_flow_runs_only_what_changed_and_keeps_dvc_true(iris_project: Path, pref
     again = state.result()
     assert all(r.get("skipped") for r in again.values())  # unchanged pipeline: nothing recomputed
     # ... and the run still shows the metrics, the MLflow run and the registry decision, from the reports
-    assert artifact_keys(state.state_details.flow_run_id) == {"training-metrics", "mlflow-run", "registry-decision"}
+    keys = {"training-metrics", "mlflow-run", "registry-decision", "model-card"}
+    assert artifact_keys(state.state_details.flow_run_id) == keys
 
     write_overrides(paths.params, ["train.lr=0.0005"])
     third = training_pipeline(root=str(iris_project))
