@@ -97,23 +97,22 @@ class Assignment:
         if len(self.since) != len(self.keys):  # an assignment saved before generations: every key from generation 0
             self.since = np.zeros(len(self.keys), dtype=np.int32)
 
-    def generation_of(self, keys: np.ndarray) -> np.ndarray:
-        """The generation each of `keys` was first assigned in (int32), -1 for a key not saved."""
-        out = np.full(len(keys), -1, dtype=np.int32)
+    def _saved(self, keys: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """`values` (one per saved key) of each of `keys`, -1 for a key not saved."""
+        out = np.full(len(keys), -1, dtype=values.dtype)
         if len(self.keys):
             pos = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
             found = self.keys[pos] == keys
-            out[found] = self.since[pos[found]]
+            out[found] = values[pos[found]]
         return out
+
+    def generation_of(self, keys: np.ndarray) -> np.ndarray:
+        """The generation each of `keys` was first assigned in (int32), -1 for a key not saved."""
+        return self._saved(keys, self.since)
 
     def lookup(self, keys: np.ndarray) -> np.ndarray:
         """The saved split of each of `keys` (int8), -1 for a key not saved."""
-        out = np.full(len(keys), -1, dtype=np.int8)
-        if len(self.keys):
-            pos = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
-            found = self.keys[pos] == keys
-            out[found] = self.split[pos[found]]
-        return out
+        return self._saved(keys, self.split)
 
     def save(self, path: Path) -> None:
         import pyarrow as pa
