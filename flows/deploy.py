@@ -1,4 +1,5 @@
-"""Scheduled retraining: `trainflow deploy` serves training_pipeline as a deployment with a cron schedule.
+"""Scheduled retraining: `trainflow deploy` serves training_pipeline as a deployment with a cron schedule, and a
+trigger on the event `trainflow data add` emits (deploy.on_new_data), so a new data file retrains it too.
 
 Serving registers the deployment `training_pipeline/<deploy.name>` on a Prefect server and runs each of its flow runs
 (scheduled, or started with `prefect deployment run`) in a subprocess of this one, until interrupted. Teams with
@@ -56,13 +57,28 @@ def api_url() -> str:
 def serve_kwargs(root: Path, deploy: DeployParams) -> dict[str, Any]:
     """Keyword arguments for Runner.add_flow: the deployment's name, schedule and the project it runs in."""
     from prefect.deployments.runner import EntrypointType
+    from prefect.events import DeploymentEventTrigger
     from prefect.schedules import Cron
 
+    from trainflow import arrival
+
+    parameters = {"root": str(root.resolve())}
+    triggers = [
+        DeploymentEventTrigger(
+            name=f"trainflow-{deploy.name}-on-new-data",
+            description="Retrain when `trainflow data add` reports a new data file",
+            expect={arrival.EVENT},
+            match={"prefect.resource.id": arrival.resource_id(deploy.name)},
+            parameters=parameters,
+        )
+    ]
     return {
         "name": deploy.name,
         "schedules": [Cron(deploy.cron, timezone=deploy.timezone)],
-        "parameters": {"root": str(root.resolve())},
-        "description": f"Retrain the trainflow pipeline in {root.resolve()} ({deploy.cron}, {deploy.timezone}).",
+        "parameters": parameters,
+        "triggers": triggers if deploy.on_new_data else [],
+        "description": f"Retrain the trainflow pipeline in {root.resolve()} ({deploy.cron}, {deploy.timezone}"
+        + (", and when new data lands)." if deploy.on_new_data else ")."),
         "tags": ["trainflow"],
         # Recorded as flows.training_pipeline.training_pipeline, not a path relative to wherever this was started.
         "entrypoint_type": EntrypointType.MODULE_PATH,
@@ -85,9 +101,10 @@ def serve(paths: Paths, cron: str | None = None, name: str | None = None, timezo
     runner = Runner(name=f"trainflow-{deploy.name}", limit=1, pause_on_shutdown=True)
     runner.add_flow(training_pipeline, **serve_kwargs(paths.root, deploy))
     full_name = f"{training_pipeline.name}/{deploy.name}"
+    on_data = "  new data:    trainflow data add FILE  (its event starts a run)\n" if deploy.on_new_data else ""
     print(
         f"trainflow: serving {full_name} from {url}, cron '{deploy.cron}' ({deploy.timezone}), project {paths.root}\n"
-        f"  run it now:  prefect deployment run {full_name}\n"
+        f"  run it now:  prefect deployment run {full_name}\n{on_data}"
         "  Ctrl-C stops serving (and pauses the schedule)",
         flush=True,
     )

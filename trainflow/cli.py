@@ -200,6 +200,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the trials as flow runs of this deployment of flows/sweep.py:tune_worker on a Prefect work pool "
         "(workers on many machines; needs PREFECT_API_URL and a tune.storage database), e.g. tune_worker/tune-worker",
     )
+    data = sub.add_parser(
+        "data",
+        help="new data: add a file to data.source (tracked with DVC; a Prefect event starts the deployed retrain)",
+        description="`add FILE...` reads each file as ingest will (a malformed row or other columns: refused, nothing "
+        "added), copies it into the folder data.source names (or its glob's folder), `dvc add`s it and emits the "
+        "Prefect event trainflow.data.added, which `trainflow deploy`'s deployment retrains on. A file byte-identical "
+        "to one already there is not added and starts nothing. `watch INBOX` adds each file that lands in INBOX and "
+        "moves it to INBOX/added/ (or INBOX/rejected/ with a .why.txt).",
+    )
+    dsub = data.add_subparsers(dest="action", required=True)
+    data_add = dsub.add_parser("add", help="add files to data.source and tell the deployment")
+    data_add.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    data_add.add_argument("--no-event", action="store_true", help="add the files without emitting the Prefect event")
+    data_watch = dsub.add_parser("watch", help="add every file that lands in a folder (polls; Ctrl-C stops)")
+    data_watch.add_argument("inbox", type=Path, help="the folder files arrive in (outside data/raw/)")
+    data_watch.add_argument("--interval", type=float, default=5.0, help="seconds between polls (default 5)")
+    data_watch.add_argument("--once", action="store_true", help="handle the files there now, then exit")
     deploy = sub.add_parser(
         "deploy",
         help="serve the pipeline on a cron schedule from a Prefect server (PREFECT_API_URL); runs until Ctrl-C",
@@ -283,6 +300,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _tune(args, paths)
     if args.command == "verify":
         return _verify(args, paths)
+    if args.command == "data":
+        return _data(args, paths)
     if args.command == "deploy":
         from flows.deploy import serve
 
@@ -440,6 +459,25 @@ def _show_card(args: argparse.Namespace) -> int:
         if args.html is not None:
             shutil.copyfile(got / "card.html", args.html)
             print(f"models show: the HTML card is in {args.html}", file=sys.stderr)
+    return 0
+
+
+def _data(args: argparse.Namespace, paths: Paths) -> int:
+    from trainflow import arrival
+
+    if args.action == "watch":
+        try:
+            arrival.watch(paths, args.inbox, args.interval, args.once)
+        except KeyboardInterrupt:
+            print("trainflow data watch: stopped", file=sys.stderr)
+            return 130
+        return 0
+    for a in arrival.add(paths, args.files, emit=not args.no_event):
+        if not a.new:
+            print(f"data add: byte-identical to {a.file}, already in data.source: nothing added, no retrain")
+            continue
+        told = f"; event {arrival.EVENT} sent" if a.event else ""
+        print(f"data add: added {a.file} ({a.rows} rows, sha256 {a.sha256[:16]}){told}")
     return 0
 
 

@@ -124,7 +124,7 @@ class DataParams(Section):
         return self
 
 
-_GLOB_CHARS = re.compile(r"[*?\[]")
+GLOB_CHARS = re.compile(r"[*?\[]")
 
 
 RAW = "data/raw"  # what the ingest stage depends on in dvc.yaml: the only data DVC watches for it
@@ -158,8 +158,8 @@ def _copy_in(full: Path) -> str:
     from shlex import quote
 
     raw = RAW
-    if _GLOB_CHARS.search(full.as_posix()):  # the files of a glob go to a folder named as theirs; the glob moves along
-        folder = next(p for p in full.parents if not _GLOB_CHARS.search(p.as_posix()))
+    if GLOB_CHARS.search(full.as_posix()):  # the files of a glob go to a folder named as theirs; the glob moves along
+        folder = next(p for p in full.parents if not GLOB_CHARS.search(p.as_posix()))
         inside = full.relative_to(folder).as_posix()
         copy = f"{raw}/{folder.name or 'data'}"
         if "/" in inside:  # a pattern over subfolders: copy them all, so it matches there as here
@@ -182,7 +182,7 @@ def default_model_name(source: str, target: str, task: str | None = None) -> str
     if source.startswith("builtin:"):
         return f"trainflow-{source.removeprefix('builtin:')}" + (f"-{task}" if task else "")
     path = Path(source.rstrip("/"))
-    while _GLOB_CHARS.search(path.as_posix()) and path != path.parent:
+    while GLOB_CHARS.search(path.as_posix()) and path != path.parent:
         path = path.parent
     name = f"{path.stem or 'data'}-{target}" + (f"-{task}" if task else "")
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.")
@@ -707,6 +707,11 @@ class DeployParams(Section):
         True,
         description="After a successful flow run, push the DVC outputs (data, checkpoints, model) to DVC's default "
         "remote; skipped when no default remote is configured.",
+    )
+    on_new_data: bool = Field(
+        True,
+        description="Also retrain when new data lands: the deployment gets a trigger on the Prefect event "
+        "trainflow.data.added that `trainflow data add` (and `trainflow data watch`) emit for each new file.",
     )
 
     @field_validator("name")

@@ -30,6 +30,13 @@ def test_prefect_yaml_deploys_what_params_yaml_says() -> None:
     assert (REPO / path).is_file() and f"def {function}(" in (REPO / path).read_text()
     [pull] = spec["pull"]
     assert list(pull) == ["prefect.deployments.steps.set_working_directory"]
+    from trainflow import arrival
+
+    [trigger] = deployment["triggers"]  # what `trainflow deploy` makes of deploy.on_new_data, in YAML
+    assert (trigger["type"], trigger["enabled"]) == ("event", defaults.on_new_data)
+    assert trigger["expect"] == [arrival.EVENT]
+    assert trigger["match"] == {"prefect.resource.id": arrival.resource_id(defaults.name)}
+    assert trigger["parameters"] == deployment["parameters"]
 
 
 def test_the_default_cron_is_one_prefect_accepts() -> None:
@@ -104,6 +111,13 @@ def test_serve_registers_the_params_schedule_for_this_project(params_file: Path)
     [schedule] = kwargs["schedules"]
     assert (schedule.cron, schedule.timezone) == ("30 2 * * 6", "Europe/Paris")
     assert kwargs["parameters"] == {"root": str(paths.root.resolve())}
+    [trigger] = kwargs["triggers"]  # a new data file retrains this project's deployment
+    assert (trigger.expect, trigger.match.model_dump()) == (
+        {"trainflow.data.added"},
+        {"prefect.resource.id": "trainflow.project.nightly"},
+    )
+    assert trigger.parameters == kwargs["parameters"]
+    assert serve_kwargs(paths.root, deploy.model_copy(update={"on_new_data": False}))["triggers"] == []
 
 
 def test_default_remote(tmp_path: Path) -> None:

@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 
 from trainflow.data.schema import NA_VALUES
 from trainflow.errors import DataError
-from trainflow.params import BUILTIN_DATASETS, DataParams
+from trainflow.params import BUILTIN_DATASETS, GLOB_CHARS, DataParams
 
 FORMAT_BY_SUFFIX = {
     ".csv": "csv",
@@ -53,7 +53,6 @@ FORMAT_BY_SUFFIX = {
 TEXT_FORMATS = ("csv", "tsv", "jsonl")
 # Bytes per block of pyarrow's readers: blocks are parsed in parallel; larger blocks cost less per block.
 BLOCK_SIZE = 4 << 20
-_GLOB_CHARS = re.compile(r"[*?\[]")
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
 DEFAULT_IMAGE_COLUMN = "image"  # the image column of a folder of class folders when data.image_column is null
 PATH_SUFFIX = "_path"  # an image column `image` keeps its files' paths in `image_path` (carried, for messages)
@@ -132,7 +131,7 @@ def read_source(d: DataParams, root: Path) -> RawTable:
     folder = _image_folder(d.source, root)
     if folder is not None:
         return read_image_folder(folder, d, root)
-    files = _resolve(d.source, root)
+    files = resolve_files(d.source, root)
     fmt = _format(files, d, root)
     delimiter = d.delimiter or ("\t" if fmt == "tsv" else ",")
     if fmt in TEXT_FORMATS:
@@ -198,25 +197,31 @@ def _shown(path: Path, root: Path | None) -> str:
     return str(path)
 
 
-def _resolve(source: str, root: Path) -> list[Path]:
-    """The files `source` names, in order: a file, the sorted matches of a glob, or a directory's visible files."""
+def resolve_files(source: str, root: Path) -> list[Path]:
+    """The files `source` names, in order: a file, the sorted matches of a glob, or a directory's visible files.
+    DVC's `.dvc` files (what `dvc add data/raw/<folder>/<file>` leaves beside a file) are metadata, never data."""
     path = Path(source).expanduser()
     full = path if path.is_absolute() else root / path
     if full.is_file():
         return [full]
     if full.is_dir():
-        files = sorted(p for p in full.iterdir() if p.is_file() and not p.name.startswith("."))
+        files = sorted(p for p in full.iterdir() if p.is_file() and not p.name.startswith(".") and not _dvc_file(p))
         if not files:
             raise DataError(f"data.source: directory {source} holds no files; put the data there or fix data.source")
         return files
-    if _GLOB_CHARS.search(source):
-        files = sorted(Path(p) for p in glob.glob(str(full), recursive=True) if Path(p).is_file())
+    if GLOB_CHARS.search(source):
+        matches = glob.glob(str(full), recursive=True)
+        files = sorted(Path(p) for p in matches if Path(p).is_file() and not _dvc_file(Path(p)))
         if not files:
             raise DataError(f"data.source: no file matches {source} (under {root}); put the data there or fix it")
         return files
     if full.exists():
         raise DataError(f"data.source: {source} is not a regular file or directory")
     raise DataError(f"data.source: {source} does not exist (looked for {full}); put the data there or fix data.source")
+
+
+def _dvc_file(path: Path) -> bool:
+    return path.suffix == ".dvc"
 
 
 def _format(files: list[Path], d: DataParams, root: Path) -> str:
@@ -488,7 +493,7 @@ def unnamed_index(schema: pa.Schema) -> list[str]:
 def _image_folder(source: str, root: Path) -> Path | None:
     """The directory `source` names when it is a folder of class folders (subfolders, and no table files beside
     them); None for anything else (a file, a glob, a directory of tables)."""
-    if _GLOB_CHARS.search(source):
+    if GLOB_CHARS.search(source):
         return None
     path = Path(source).expanduser()
     full = path if path.is_absolute() else root / path
