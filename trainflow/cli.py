@@ -243,6 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with contextlib.suppress(OSError, ValueError):  # ValueError: stdout replaced by one without a descriptor
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)  # stdout's descriptor is a copy of it now
         return SIGPIPE_EXIT
 
 

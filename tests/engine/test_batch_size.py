@@ -342,3 +342,58 @@ def test_a_run_resumes_on_a_machine_that_splits_the_global_batch_otherwise(iris:
     assert again.trainer.resumed_from == first.trainer.state.updates  # resumed at the end: nothing left to do
     other = run(global_batch=16)
     assert other.trainer.resumed_from is None
+
+
+def test_the_exported_model_records_the_split_auto_chose_of_the_global_batch(iris: Path, tmp_path: Path) -> None:
+    """models/final/training.json: how the global batch was split, for whoever reads how the model was trained."""
+    import shutil
+
+    from trainflow.io import read_json
+    from trainflow.params import load_params
+    from trainflow.paths import Paths
+    from trainflow.stages import run_stage
+
+    root = shutil.copytree(iris, tmp_path / "proj")
+    paths = Paths(root)
+    values = {"train.epochs": 1, "train.progress": False, "train.batch_size": "auto", "train.global_batch": 32}
+    run_stage("train", with_values(load_params(paths.params), values, "test"), paths)
+    assert read_json(paths.final / "training.json")["batch_size_auto"] == {
+        "batch_size": 32,
+        "accumulate": 1,
+        "global_batch": 32,
+        "limit": "no memory budget: the whole share at once",
+        "estimate_mb": None,
+        "probe_peak_mb": None,
+    }
+
+
+@pytest.mark.parametrize(
+    ("train", "copies"), [({}, 2), ({"optimizer": "sgd", "momentum": 0.9}, 1), ({"ema_decay": 0.99}, 3)]
+)
+def test_on_cuda_auto_probes_beside_a_stand_in_for_the_optimizer_state(
+    monkeypatch: pytest.MonkeyPatch, train: dict[str, Any], copies: int
+) -> None:
+    """resolve on a (simulated) GPU: the probe allocates, beside its forward+backward, what training will hold besides
+    weights and gradients: adamw's two moments of each of the 15 float32 parameters of Linear(4, 3) (sgd with
+    momentum: one buffer; an EMA: one more copy)."""
+    gpu = FakeGpu(capacity=64, monkeypatch=monkeypatch)
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device=None: torch.zeros(8, dtype=torch.uint8))
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device=None: None)
+    reserved: list[int] = []
+
+    class Probe(bs.CudaProbe):  # the real probe, on the CPU (torch.empty on "cuda" needs a GPU)
+        def __init__(self, model: nn.Module, data: Any, objective: Objective, precision: Precision,
+                     device: torch.device, extra_bytes: int, budget: float | None) -> None:  # fmt: skip
+            assert device.type == "cuda"
+            reserved.append(extra_bytes)
+            super().__init__(model, data, objective, precision, CPU, extra_bytes, budget)
+
+    monkeypatch.setattr(bs, "CudaProbe", Probe)
+    model = gpu.model()
+    monkeypatch.setattr(model, "to", lambda device: model)  # it is on the "GPU" already
+    data = TensorData(torch.randn(64, 4), torch.randint(0, 3, (64,)))
+    p = TrainParams(batch_size="auto", global_batch=48, **train)
+    resolved, choice = bs.resolve(p, model, data, Objective("classification"), FP32, torch.device("cuda"), Group())
+    assert reserved == [copies * 15 * 4]
+    assert choice is not None and (choice.batch_size, choice.accumulate, choice.peak_mb) == (48, 1, 48.0)
+    assert (resolved.batch_size, resolved.accumulate) == (48, 1)

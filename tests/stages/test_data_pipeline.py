@@ -142,3 +142,22 @@ def test_schema_drift_and_appended_rows(tmp_path: Path) -> None:
     with pytest.raises(DataError, match=r"'c'.*missing|'extra'.*new") as err:
         run(root, "ingest")
     assert "'c'" in str(err.value) and "'extra'" in str(err.value)
+
+
+def test_a_table_model_s_saved_preprocessing_holds_no_text_length(tmp_path: Path) -> None:
+    """features.max_length is about text: a table's preprocess.json (part of models/final, which register and DVC
+    compare byte for byte) says 0, whatever features.max_length is, as the models exported so far do."""
+    from conftest import blobs
+
+    from trainflow.data.preprocess import Preprocessor
+    from trainflow.data.schema import Schema
+    from trainflow.params import FeatureParams
+
+    frame = blobs(40)
+    features = [c for c in frame.columns if c != "label"]
+    kinds = dict.fromkeys(features, "numeric")
+    schema = Schema("t.csv", "label", "classification", features, kinds, sorted(set(frame["label"])), n_rows=40)
+    Preprocessor.fit(frame, schema, FeatureParams(max_length=64)).save(tmp_path / "final")
+    saved = read_json(tmp_path / "final" / "preprocess.json")
+    assert saved["text_column"] is None and saved["max_length"] == 0
+    assert not (tmp_path / "final" / "tokenizer.json").exists()

@@ -177,3 +177,22 @@ def test_other_pretrained_files_are_another_fingerprint_so_a_checkpoint_is_not_r
     tokenizer = directory / "tokenizer.json"
     tokenizer.write_text(tokenizer.read_text().replace('"good"', '"fine"'))  # another tokenizer, same size
     assert fingerprint(params, "data", root) != before
+
+
+def test_a_logged_pretrained_model_lists_transformers_among_its_requirements(tmp_path: Path) -> None:
+    """What `mlflow models serve` (or a pip install of the model's requirements) installs: serving an hf: model
+    imports transformers."""
+    import mlflow
+
+    settings = {"data.source": "data/raw/reviews.csv", "data.target": "label", "data.text_column": "text",
+                "model.name": "hf:pretrained/tiny-bert", "features.max_length": 16, "train.epochs": 1,
+                "train.batch_size": 16, "train.progress": "false"}  # fmt: skip
+    root = make_project(tmp_path / "proj", settings)
+    tiny_bert(root / "pretrained/tiny-bert", [*POSITIVE, *NEGATIVE, *FILLER, "."])
+    reviews(40).to_csv(root / "data/raw/reviews.csv", index=False)
+    paths = Paths(root)
+    for stage in ("ingest", "split", "train"):
+        run_stage(stage, load_params(paths.params), paths)
+    model_uri = read_json(paths.train_run)["model_uri"]
+    requirements = Path(mlflow.pyfunc.get_model_dependencies(model_uri)).read_text().split()
+    assert "transformers" in requirements and "tokenizers" in requirements

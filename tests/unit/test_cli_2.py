@@ -66,6 +66,37 @@ def test_models_list_into_a_closed_pipe_ends_quietly(
     assert capsys.readouterr().err == ""  # was the BrokenPipeError traceback
 
 
+class ClosedPipeOnFd(ClosedPipe):
+    """A closed pipe with a descriptor, as the real sys.stdout has: here a pipe of the test's own, so that pytest's
+    capture is never touched."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__()
+        self.fd = fd
+
+    def fileno(self) -> int:
+        return self.fd
+
+
+def test_a_closed_pipe_s_descriptor_is_pointed_at_dev_null_so_the_exit_flush_is_quiet(
+    params_file: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What is still buffered is flushed again when the interpreter exits: into the closed pipe it would print
+    "Exception ignored ... BrokenPipeError", so main() points the descriptor at /dev/null."""
+    import os
+
+    read_end, write_end = os.pipe()
+    try:
+        monkeypatch.chdir(params_file.parent)
+        monkeypatch.setattr(sys, "stdout", ClosedPipeOnFd(write_end))
+        assert cli.main(["params", "schema"]) == 141
+        assert os.path.samestat(os.fstat(write_end), os.stat(os.devnull))  # no longer the pipe
+        assert capsys.readouterr().err == ""
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
 # --- (b) --version ----------------------------------------------------------------------------------------------------
 
 

@@ -54,6 +54,12 @@ def test_metrics_of_a_first_version_and_a_lower_is_better_gate() -> None:
     assert "| metric | this run |" in report.metrics_markdown({"rmse": 0.5}, None)
 
 
+def test_a_first_version_says_there_was_no_earlier_champion() -> None:
+    reg = registration(version=1, previous_champion=None, previous_value=None, champion_version=1)
+    lines = report.metrics_markdown(METRICS, reg).splitlines()
+    assert lines[-2:] == ["", "No earlier champion: this is the first version of the model."]
+
+
 def test_mlflow_run_is_a_link_on_a_tracking_server() -> None:
     run = {"run_id": "r1", "experiment_id": "7", "tracking_uri": "https://mlflow.example.com/", "model_uri": "m"}
     md = report.mlflow_run_markdown(run)

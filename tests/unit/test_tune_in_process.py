@@ -436,6 +436,25 @@ def test_the_history_keeps_the_best_value_so_far_in_the_studys_direction(params_
     assert list(empty.columns) == ["trial", "state", "value", "best"] and len(empty) == 0
 
 
+def test_the_history_plot_draws_the_best_so_far_in_red_apart_from_the_blue_trials(
+    params_file: Path, tmp_path: Path
+) -> None:
+    import numpy as np
+    from matplotlib.colors import to_rgb
+    from PIL import Image
+
+    p = load_params(params_file)
+    s = hand_made(p, [ended("COMPLETE", v, 0.001, [128]) for v in (0.9, 0.5, 0.7, 0.3, 0.6, 0.2)])
+    results.write(s, tmp_path)
+    pixels = np.asarray(Image.open(tmp_path / "optimization_history.png").convert("RGB")).reshape(-1, 3)
+
+    def count(colour: str) -> int:
+        return int((pixels == np.round(np.array(to_rgb(colour)) * 255)).all(axis=1).sum())
+
+    assert count("tab:red") > 500  # the step line across the plot (and its legend entry)
+    assert count("tab:blue") > 100  # the trials' points
+
+
 def test_a_failed_write_of_best_params_leaves_the_previous_file_whole(
     params_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1369,3 +1388,88 @@ def test_the_ray_studys_run_is_made_once_beside_the_experiment_and_refuses_other
     )
     assert ray_backend._child_run(project, p, p, "t1", spec, trial_record).run_id == run.run_id  # restored: carried on
     assert len(mlflow_runs(project)) == 2
+
+
+def test_a_trial_asha_stopped_is_marked_pruned_and_its_run_ended_unless_it_had_ended(project: Path) -> None:
+    from mlflow.tracking import MlflowClient
+
+    tracking.configure(project)  # as ray_backend.run does before it marks trials
+    client = MlflowClient()
+    experiment = tracking.ensure_experiment("trainflow", project)
+    stopped = client.create_run(experiment).info.run_id  # ASHA stopped its process: the run was left RUNNING
+    failed = client.create_run(experiment).info.run_id
+    client.set_terminated(failed, "FAILED")
+    for run_id in (stopped, failed, ""):  # "": the trial recorded no run
+        ray_backend._mark_pruned(run_id)
+    assert get_run(project, stopped).info.status == "FINISHED"
+    assert get_run(project, failed).info.status == "FAILED"
+    assert {get_run(project, r).data.tags["trainflow.tune.state"] for r in (stopped, failed)} == {"pruned"}
+
+
+class FakeTuner:
+    """ray.tune.Tuner run in this process: each trial's config, one after another, through the trainable that
+    ray_backend.run built (Ray's context and reports faked); fit() returns the results as a ResultGrid holds them."""
+
+    def __init__(self, trainable: Any, tune_config: Any, run_config: Any) -> None:
+        self.trainable, self.samples = trainable, tune_config.num_samples
+
+    @staticmethod
+    def can_restore(path: str) -> bool:
+        return False
+
+    def fit(self) -> list[Any]:
+        from ray import tune as ray_tune
+
+        configs = [CURRENT, {"train.lr": 0.0005, "model.dropout": 0.3, "model.hidden_sizes": "[128]"}]
+        grid = []
+        for n, config in enumerate(configs[: self.samples], start=1):
+            trial_id = f"t{n}"
+            reports: list[dict[str, Any]] = []
+            context = SimpleNamespace(get_trial_id=lambda trial_id=trial_id: trial_id)
+            with pytest.MonkeyPatch.context() as m:
+                m.setattr(ray_tune, "get_context", lambda context=context: context)
+                m.setattr(ray_tune, "report", reports.append)
+                self.trainable(config)
+            grid.append(SimpleNamespace(
+                path=f"/ray/exp/trial_{trial_id}_{n}_x", config=config, error=None,
+                metrics={**reports[-1], "trial_id": trial_id}, metrics_dataframe=pd.DataFrame(reports),
+            ))  # fmt: skip
+        return grid
+
+
+def test_a_ray_sweep_gives_its_trials_the_data_hash_and_writes_the_results_ray_returns(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ray_backend.run without a Ray cluster: Tuner, with_parameters (which needs Ray's object store) and
+    with_resources faked; the trials are ray_backend.trial itself, on training that logs two evaluations."""
+    import ray
+    from ray import tune as ray_tune
+
+    from trainflow.fingerprint import data_hash
+
+    def setup(params: PipelineParams, paths: Paths, device: Any, group: Any, checkpoints: Path, logger: Any) -> Any:
+        history = [{"update": 7, "val_loss": 0.6 + params.model.dropout}, {"update": 14, "val_loss": 0.5}]
+
+        def fit(train: Any, val: Any) -> Any:
+            for point in history:
+                logger.log({"val_loss": point["val_loss"]}, point["update"])
+            return SimpleNamespace(history=history, best_update=14, updates=14)
+
+        return SimpleNamespace(trainer=SimpleNamespace(fit=fit, resumed_from=None), train=None, val=None,
+                               discard=lambda: None)  # fmt: skip
+
+    monkeypatch.setattr(trainflow.stages.train, "setup", setup)
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)
+    monkeypatch.setattr(ray_tune, "with_parameters", lambda trainable, **kw: lambda config: trainable(config, **kw))
+    monkeypatch.setattr(ray_tune, "with_resources", lambda trainable, resources: trainable)
+    monkeypatch.setattr(ray_tune, "Tuner", FakeTuner)
+    paths = Paths(project)
+    summary = tune.run(sweep_params(project, "tune.backend=ray"), paths)
+
+    got = pd.read_csv(paths.reports / "tune/trials.csv")
+    assert list(got["state"]) == ["complete", "complete"] and list(got["val_loss"]) == [0.5, 0.5]
+    assert list(got["model.dropout"]) == [0.1, 0.3] and summary["trials"] == 2
+    children = {r.info.run_id: r for r in mlflow_runs(project) if "mlflow.parentRunId" in r.data.tags}
+    assert set(children) == set(got["mlflow_run_id"])
+    assert {r.data.tags["trainflow.data_sha256"] for r in children.values()} == {data_hash(paths)}
+    assert {r.data.tags["trainflow.tune.trial"] for r in children.values()} == {"t1", "t2"}

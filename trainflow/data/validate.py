@@ -824,7 +824,8 @@ def _missing(
             table,
             row,
             column,
-            f"the value is missing ({count} row{'s' if count != 1 else ''} have missing values; data.missing: error); "
+            f"the value is missing ({count} row{'s have' if count != 1 else ' has'} missing values; "
+            "data.missing: error); "
             "fill it in, or set data.missing: impute or drop",
         )
     dropped["missing"] = int(missing.sum())
