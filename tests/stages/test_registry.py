@@ -459,6 +459,35 @@ def test_the_models_commands_report_a_failed_lookup_as_such(
     assert registry.CHANGE_TAG not in reg.client.get_model_version("m", "1").tags
 
 
+def test_models_list_says_how_each_version_became_champion_and_nothing_for_the_others(reg: Registry) -> None:
+    reg.register(0.50)  # version 2: does not beat the champion
+    registry.promote("m", 2, "the fix for ticket 7")
+    listed = {v["version"]: v["champion_change"] for v in registry.list_versions("m")}
+    assert re.fullmatch(r"\S+ promoted by hand \(trainflow models promote\): the fix for ticket 7", listed[2]), listed
+    assert listed[1] == ""  # champion before, by an alias alone: no record of how
+
+
+def test_a_register_retry_after_tracking_was_down_takes_the_model_an_earlier_attempt_logged(tmp_path: Path) -> None:
+    """Train could not log the model (tracking was down); an earlier attempt of register logged it into a run of its
+    own and then failed. The retry finds that run by the model's hash and logs nothing twice."""
+    from trainflow import tracking
+    from trainflow.params import PipelineParams
+    from trainflow.stages.register import logged_model
+
+    reg = Registry(tmp_path)
+    paths = Paths(tmp_path)
+    paths.final.mkdir(parents=True)
+    (paths.final / "model.safetensors").write_bytes(b"the weights")
+    (paths.final / "training.json").write_text("{}")
+    train_run = reg.client.create_run(reg.experiment).info.run_id  # tracking failed before the model was logged
+    tags = {tracking.MODEL_HASH_TAG: tracking.model_hash(paths.final), tracking.MODEL_URI_TAG: "models:/m-earlier"}
+    earlier = reg.client.create_run(reg.experiment, tags=tags).info.run_id
+    runs = len(reg.client.search_runs([reg.experiment]))
+    found = logged_model(PipelineParams(), paths, {"run_id": train_run, "model_uri": None})
+    assert found == (earlier, "models:/m-earlier")
+    assert len(reg.client.search_runs([reg.experiment])) == runs
+
+
 def test_a_rerun_after_the_decision_reports_a_failed_lookup_as_such(
     reg: Registry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -688,6 +717,15 @@ def test_after_new_rows_the_comparison_shows_the_new_rows_slice_and_each_class(c
 
     versions = MlflowClient().search_model_versions("name='blobs'")
     assert sorted(v.tags["split_generation"] for v in versions) == ["1", "2"]
+
+    # The card says the same: the rows added to the file, the paired comparison and its new-rows slice.
+    card = (paths.reports / "card.md").read_text()
+    assert any("data/raw/blobs.csv" in line and "+24 rows" in line for line in reg["why"]["data"]), reg["why"]
+    assert "Changes to the data since the champion: " + "; ".join(reg["why"]["data"]) in card
+    c = reg["comparison"]
+    assert "## Against the champion (paired, on the same test rows)" in card
+    assert f"| 95% one-sided bounds | [{c['low']:.4g}, {c['high']:.4g}] |" in card
+    assert f"| rows new since the champion's split | {new['rows']} | accuracy | {new['challenger']:.4g} |" in card
 
 
 def test_each_run_says_what_changed_since_the_champion(csv_project: Path) -> None:
