@@ -38,7 +38,7 @@ def module_file(name: str) -> Path | None:
 def imported_names(file: Path, package: str) -> set[str]:
     """Every module name an import statement anywhere in `file` may load (`from a import b` may be module a.b)."""
     names = set()
-    for node in ast.walk(ast.parse(file.read_text())):
+    for node in _runnable(ast.parse(file.read_text())):
         if isinstance(node, ast.Import):
             names |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -48,6 +48,19 @@ def imported_names(file: Path, package: str) -> set[str]:
                 base = ".".join([*parent, *([base] if base else [])])
             names |= {base, *(f"{base}.{alias.name}" for alias in node.names)}
     return names
+
+
+def _runnable(tree: ast.AST) -> list[ast.AST]:
+    """The nodes of `tree` but those under `if TYPE_CHECKING:` (imports for annotations, which never run)."""
+    out, todo = [], [tree]
+    while todo:
+        node = todo.pop()
+        out.append(node)
+        children = list(ast.iter_child_nodes(node))
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            children = node.orelse
+        todo += children
+    return out
 
 
 def static_closure(module: str) -> set[str]:

@@ -66,7 +66,8 @@ def row_keys(frame: pd.DataFrame, columns: list[str], seed: int) -> np.ndarray:
     """The seeded 64-bit hash (uint64) of each row's `columns`: a function of those values alone. The raw-row key
     (ROW_KEY) is hashed as it is; other columns (split.key, split.group_by) as text, numbers without a fraction as
     integers, so an id reads the same whether it is a feature (typed) or not (as read): 3, 3.0 and "3" are one id."""
-    table = frame[columns] if columns == [ROW_KEY] else pd.DataFrame({c: _canonical(frame[c]) for c in columns})
+    # Column by column, so `frame` can be a stream.ParquetColumns (a table read a column at a time).
+    table = pd.DataFrame({c: frame[c] if columns == [ROW_KEY] else _canonical(frame[c]) for c in columns})
     return seeded(hash_pandas_object(table, index=False).to_numpy(dtype=np.uint64), seed)
 
 

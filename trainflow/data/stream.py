@@ -34,18 +34,22 @@ if TYPE_CHECKING:
     from trainflow.params import DataParams
 
 BLOCK_BYTES = 64 << 20  # rows per block of the transform: about this much of preprocessed matrix
-REPAIR = restore("data/splits", "split")  # every file read here is a split
+
+
+def _repair(path: Path) -> str:
+    """How to restore a file read here: the processed table (the split stage reads it) or a split."""
+    return restore("data/processed", "ingest") if path.parent.name == "processed" else restore("data/splits", "split")
 
 
 @contextlib.contextmanager
 def _reading(path: Path) -> Iterator[None]:
-    """A missing or damaged split is a DataError naming it and how to restore it (as io.read_parquet says)."""
+    """A missing or damaged file is a DataError naming it and how to restore it (as io.read_parquet says)."""
     try:
         yield
     except FileNotFoundError:
-        raise DataError(f"{path} is missing; {REPAIR}") from None
+        raise DataError(f"{path} is missing; {_repair(path)}") from None
     except (pa.ArrowException, OSError, ValueError) as exc:
-        raise DataError(f"{path} cannot be read, it is corrupt or truncated ({exc}); {REPAIR}") from None
+        raise DataError(f"{path} cannot be read, it is corrupt or truncated ({exc}); {_repair(path)}") from None
 
 
 def _open(path: Path) -> pq.ParquetFile:
@@ -112,6 +116,35 @@ def blocks(path: Path, rows: int, columns: list[str]) -> Iterator[pd.DataFrame]:
     with _reading(path):
         for batch in _open(path).iter_batches(batch_size=rows, columns=columns):
             yield batch.to_pandas()
+
+
+def write_parts(path: Path, part_of_row: np.ndarray, dests: list[Path], drop: list[str]) -> list[int]:
+    """Write the rows of the Parquet table at `path` into `dests[part_of_row[i]]`, in table order, reading and writing
+    a block of about BLOCK_BYTES at a time; `drop`: columns left out. Each part is read back (pd.read_parquet) as the
+    in-memory `frame.iloc[rows]` written with to_parquet would be: the same columns, dtypes and values. Returns the
+    rows per part."""
+    file = _open(path)
+    n = int(file.metadata.num_rows)
+    columns = [c for c in file.schema_arrow.names if c not in drop]
+    schema = pa.schema([file.schema_arrow.field(c) for c in columns], metadata=file.schema_arrow.metadata)
+    rows = max(1, int(BLOCK_BYTES * n / max(1.0, table_mb(path) * 2**20))) if n else 1
+    writers = [pq.ParquetWriter(dest, schema) for dest in dests]
+    counts = [0] * len(dests)
+    try:
+        lo = 0
+        with _reading(path):
+            for batch in file.iter_batches(batch_size=rows, columns=columns):
+                parts = part_of_row[lo : lo + batch.num_rows]
+                lo += batch.num_rows
+                for i, writer in enumerate(writers):
+                    take = np.flatnonzero(parts == i)
+                    if len(take):
+                        writer.write_table(pa.Table.from_batches([batch.take(pa.array(take))], schema=schema))
+                        counts[i] += len(take)
+    finally:
+        for writer in writers:
+            writer.close()
+    return counts
 
 
 def block_rows(width: int, multiple: int = 1) -> int:

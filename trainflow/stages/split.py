@@ -2,16 +2,23 @@
 
 The split of every row key is saved beside the splits (data/splits/assignment.parquet; `persist: true` in dvc.yaml, so
 DVC leaves it for the next run) and kept by the next split made with the same settings.
+
+A processed table bigger than data.memory_budget_mb is split without reading it whole: the columns the assignment
+needs are read one at a time (the same `assign`, so the same split of every row), then the rows are copied into the
+split files a block at a time. Memory: the table's key, label and split per row (about 40 bytes a row while the keys
+are sorted), not the table.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pandas as pd
 
-from trainflow.data.schema import Schema
-from trainflow.data.split import ASSIGNMENT, TEST_ROWS, Assignment, split_frame
+from trainflow.data import stream
+from trainflow.data.schema import ROW_KEY, Schema
+from trainflow.data.split import ASSIGNMENT, TEST_ROWS, Assignment, assign, split_frame
 from trainflow.errors import UserError
 from trainflow.io import atomic_dir, write_json
 from trainflow.params import PipelineParams
@@ -22,19 +29,26 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
     if not paths.table.is_file():
         raise UserError(f"split: {paths.table} is missing; run `trainflow stage ingest` first")
     schema = Schema.read(paths.schema)
-    table = paths.read_table()
+    choice = stream.choose([paths.table], params.data, table=True)  # any table: rows are only selected, never typed
+    print(f"split: {choice.why}", file=sys.stderr)
     previous = Assignment.load(paths.splits / ASSIGNMENT)
-    parts, result = split_frame(table, schema, params.split, params.seed, previous)
     with atomic_dir(paths.splits) as tmp:
-        for name in SPLITS:
-            parts[name].to_parquet(tmp / paths.split_file(name).name, index=False)
+        dests = [tmp / paths.split_file(name).name for name in SPLITS]
+        if choice.streamed:  # the columns the assignment needs, one at a time; then the rows, a block at a time
+            result = assign(stream.ParquetColumns(paths.table), schema, params.split, params.seed, previous)
+            sizes = stream.write_parts(paths.table, result.split, dests, drop=[ROW_KEY])
+        else:
+            parts, result = split_frame(paths.read_table(), schema, params.split, params.seed, previous)
+            for name, dest in zip(SPLITS, dests, strict=True):
+                parts[name].to_parquet(dest, index=False)
+            sizes = [len(parts[name]) for name in SPLITS]
         write_json(tmp / paths.split_schema.name, schema.to_json())
         if result.assignment is not None:
             result.assignment.save(tmp / ASSIGNMENT)
         if result.since is not None:  # per test row, the generation it arrived in: the gate's new-rows slice
             test_rows = result.since[result.split == SPLITS.index("test")]
             pd.DataFrame({"since": test_rows}).to_parquet(tmp / TEST_ROWS, index=False)
-    out: dict[str, Any] = {name: len(parts[name]) for name in SPLITS}
+    out: dict[str, Any] = dict(zip(SPLITS, sizes, strict=True))
     if result.assignment is not None:
         out["rows_kept_in_place"] = result.kept
     return out

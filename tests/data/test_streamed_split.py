@@ -1,0 +1,116 @@
+"""The split stage over data.memory_budget_mb (issue 26): the table is never read whole (its columns one at a time
+for the assignment, then its rows a block at a time into the split files), and what comes out is the in-memory
+split's: the same assignment, bit for bit, the same rows in each split file with the same dtypes, the same
+test-row generations; also after rows are appended, by group and by time."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+from conftest import make_project
+
+from trainflow.data import stream
+from trainflow.data.split import ASSIGNMENT, TEST_ROWS
+from trainflow.params import load_params, write_overrides
+from trainflow.paths import SPLITS, Paths
+from trainflow.stages import run_stage
+
+
+def table(n: int, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame(
+        {
+            "x": np.where(rng.random(n) < 0.05, np.nan, rng.normal(0, 1, n)),
+            "colour": rng.choice(["red", "green", "blue"], n),
+            "flag": rng.random(n) < 0.3,
+            "when": pd.Timestamp("2026-01-01") + pd.to_timedelta(rng.integers(0, 90, n), unit="D"),
+            "user": rng.integers(0, n // 5, n),
+            "label": rng.choice(["a", "b", "c", "rare"], n, p=[0.5, 0.3, 0.18, 0.02]),
+        }
+    )
+
+
+@pytest.fixture
+def projects(tmp_path: Path) -> tuple[Paths, Paths]:
+    """Two projects on the same data: one holds the table in memory, the other streams it (a budget of ~0)."""
+    params = {"data.source": "data/raw/t.csv", "data.target": "label", "register.model_name": "t"}
+    made = []
+    for name, budget in (("memory", "null"), ("streamed", "0.000001")):
+        root = make_project(tmp_path / name, {**params, "data.memory_budget_mb": budget})
+        table(600).to_csv(root / "data/raw/t.csv", index=False)
+        made.append(Paths(root))
+    return made[0], made[1]
+
+
+def split_both(projects: tuple[Paths, Paths], monkeypatch: pytest.MonkeyPatch, *overrides: str) -> None:
+    memory, streamed = projects
+    for paths in projects:
+        write_overrides(paths.params, list(overrides))
+        run_stage("ingest", load_params(paths.params), paths)
+    run_stage("split", load_params(memory.params), memory)
+    with monkeypatch.context() as m:
+        m.setattr(stream, "BLOCK_BYTES", 4096)  # blocks of a few dozen rows: many block boundaries
+        m.setattr(Paths, "read_table", lambda self: pytest.fail("the streamed split read the whole table"))
+        run_stage("split", load_params(streamed.params), streamed)
+
+
+def assert_same_splits(memory: Paths, streamed: Paths) -> None:
+    for name in SPLITS:
+        expected, got = pd.read_parquet(memory.split_file(name)), pd.read_parquet(streamed.split_file(name))
+        pd.testing.assert_frame_equal(got, expected, check_exact=True)
+        assert len(expected) > 0
+    for extra in (ASSIGNMENT, TEST_ROWS):
+        if (memory.splits / extra).is_file():
+            assert (streamed.splits / extra).read_bytes() == (memory.splits / extra).read_bytes(), extra
+    assert (streamed.split_schema).read_text() == memory.split_schema.read_text()
+
+
+def test_a_streamed_split_is_the_in_memory_split(
+    projects: tuple[Paths, Paths], monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    split_both(projects, monkeypatch)
+    err = capfd.readouterr().err
+    assert "split: held in memory (table:" in err and "split: streamed from disk (table:" in err
+    memory, streamed = projects
+    assert_same_splits(memory, streamed)
+    train = pq.ParquetFile(streamed.split_file("train"))
+    assert train.metadata.num_row_groups > 2  # written a block at a time, not gathered first
+    assert "row_key" not in train.schema_arrow.names
+
+    # 10% new rows appended: both keep every old row where it was and place the new ones alike
+    for paths in projects:
+        old = pd.read_csv(paths.root / "data/raw/t.csv")
+        pd.concat([old, table(60, seed=1)]).to_csv(paths.root / "data/raw/t.csv", index=False)
+    split_both(projects, monkeypatch)
+    assert_same_splits(memory, streamed)
+    assert pd.read_parquet(streamed.splits / TEST_ROWS)["since"].max() == 2  # the new rows' generation
+
+
+@pytest.mark.parametrize("override", ["split.group_by=user", "split.time_column=when", "split.stratify=false"])
+def test_a_streamed_split_by_group_or_time_is_the_in_memory_split(
+    projects: tuple[Paths, Paths], monkeypatch: pytest.MonkeyPatch, override: str
+) -> None:
+    split_both(projects, monkeypatch, override)
+    assert_same_splits(*projects)
+
+
+def test_a_streamed_split_names_a_damaged_table_and_how_to_restore_it(
+    projects: tuple[Paths, Paths], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from trainflow.errors import DataError
+
+    _, streamed = projects
+    run_stage("ingest", load_params(streamed.params), streamed)
+    data = streamed.table.read_bytes()
+    streamed.table.write_bytes(data[: len(data) // 2])
+    with pytest.raises(DataError, match="table.parquet cannot be read.*dvc checkout --force data/processed"):
+        run_stage("split", load_params(streamed.params), streamed)
+    assert not streamed.splits.exists() or not any(streamed.splits.glob("*.parquet"))
+    shutil.rmtree(streamed.root / "data/processed")
+    run_stage("ingest", load_params(streamed.params), streamed)  # as the message says (`trainflow stage ingest`)
+    run_stage("split", load_params(streamed.params), streamed)
