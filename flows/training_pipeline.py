@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger
+from prefect.client.schemas.objects import State
+from prefect.states import Crashed
 
 from flows import orphans
 from tasks import dvc
@@ -21,7 +23,7 @@ from tasks.ingest import ingest
 from tasks.push import push
 from tasks.register import register
 from tasks.split import split
-from tasks.train import train
+from tasks.train import PREEMPTED_STATE, train
 from trainflow import report, workspace
 from trainflow.io import failpoint
 from trainflow.params import load_params
@@ -31,8 +33,9 @@ STAGE_TASKS = (ingest, split, train, evaluate, register)
 
 
 @flow(name="training_pipeline")
-def training_pipeline(root: str = ".", caller_reports_errors: bool = False) -> dict[str, Any]:
-    """Run ingest → split → train → evaluate → register in the project at `root`; returns each stage's summary.
+def training_pipeline(root: str = ".", caller_reports_errors: bool = False) -> dict[str, Any] | State:
+    """Run ingest → split → train → evaluate → register in the project at `root`; returns each stage's summary, or
+    the train task's Preempted state when training was preempted (the flow run ends in it: see tasks/train.py).
 
     `caller_reports_errors`: the caller (the CLI) prints a failing stage's error itself, in one paragraph, so Prefect's
     own traceback of the same exception is silenced. Set here because Prefect configures its loggers at flow start.
@@ -54,6 +57,13 @@ def training_pipeline(root: str = ".", caller_reports_errors: bool = False) -> d
                 continue
             print(f"[trainflow] {name}: running", flush=True)
             results[name] = stage_task(str(project))
+            if isinstance(results[name], State):  # train preempted: checkpointed, nothing to commit; a rerun resumes
+                message = results[name].message or f"{name}: preempted"
+                logger.warning("%s", message)
+                print(f"[trainflow] {name}: preempted; rerun to resume", flush=True)
+                # The flow run ends Preempted too (type Crashed), not Failed: a state of its own (the task's would
+                # make it Failed, as a flow returning a task's unfinished state is).
+                return Crashed(name=PREEMPTED_STATE, message=message)
             failpoint(f"commit-{name}")
             dvc.commit(project, name)
         publish_artifacts(Paths(project))

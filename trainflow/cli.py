@@ -1,4 +1,5 @@
-"""`trainflow` command line. Exit codes: 0 ok, 2 invalid params or data (the message names what to fix), 1 other."""
+"""`trainflow` command line. Exit codes: 0 ok, 2 invalid params or data (the message names what to fix), 75 training
+preempted (a signal or train.max_time: checkpointed, a rerun resumes), 1 other."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trainflow.errors import ServiceError, UserError
+from trainflow.errors import Preempted, ServiceError, UserError
 from trainflow.stages import STAGES
 
 if TYPE_CHECKING:
@@ -253,6 +254,9 @@ def _main(argv: Sequence[str] | None) -> int:
         os.environ.setdefault(key, value)
     try:
         return _dispatch(args)
+    except Preempted as exc:  # not an error: the checkpoint is written, a rerun resumes
+        print(f"preempted: {exc}", file=sys.stderr)
+        return exc.exit_code
     except (UserError, ServiceError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         for note in getattr(exc, "__notes__", ()):  # what to do next, added on the way out (see _dispatch)
@@ -557,8 +561,13 @@ def _run(args: argparse.Namespace, paths: Paths) -> int:
 
         start_temporary_server()  # Prefect's local mode, with a server that cannot outlive this run
     from flows.training_pipeline import training_pipeline
+    from tasks.train import PREEMPTED_STATE
 
-    results = training_pipeline(root=str(paths.root), caller_reports_errors=True)
+    state = training_pipeline(root=str(paths.root), caller_reports_errors=True, return_state=True)
+    if state.name == PREEMPTED_STATE:  # checkpointed, resumable
+        raise Preempted(state.message or "train: preempted")
+    results = state.result()  # a stage's error is raised here, as the flow raised it
+    assert isinstance(results, dict)
     print(summary(paths, results))
     return 0
 

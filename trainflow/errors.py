@@ -41,3 +41,13 @@ class ServiceError(Exception):
     """
 
     exit_code = 1
+
+
+PREEMPTED = 75  # EX_TEMPFAIL (sysexits.h): a temporary failure, try again; distinct from 1 (failed) and 2 (user error)
+
+
+class Preempted(Exception):
+    """Training stopped at an update boundary with a checkpoint (a signal, train.max_time), to be resumed by a rerun:
+    exit code PREEMPTED (trainflow.engine.preempt)."""
+
+    exit_code = PREEMPTED

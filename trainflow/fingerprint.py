@@ -28,6 +28,9 @@ NOT_IN_FINGERPRINT = {
     "backend",
     # batch_size auto's memory limit only picks how a global batch is split: exact accumulation makes the same update.
     "memory_budget_mb",
+    # When a run stops to be resumed: the resumed run trains the same weights.
+    "preempt_signals",
+    "max_time",
 }
 
 

@@ -237,13 +237,15 @@ def sha256_json(obj: Any) -> str:
 FAILPOINT = os.environ.get("TRAINFLOW_FAILPOINT", "")  # read once: failpoint() runs on every update
 FAILPOINT_RANK = os.environ.get("TRAINFLOW_FAILPOINT_RANK", "")
 FAILPOINT_WORKER = os.environ.get("TRAINFLOW_FAILPOINT_WORKER", "")
+FAILPOINT_SIGNAL = os.environ.get("TRAINFLOW_FAILPOINT_SIGNAL", "")
 
 
 def failpoint(name: str) -> None:
     """Fault injection for the crash tests: TRAINFLOW_FAILPOINT=<name>:<n> SIGKILLs this process on the n-th hit
     (with TRAINFLOW_FAILPOINT_RANK=<r>, only rank r of a distributed run; with TRAINFLOW_FAILPOINT_WORKER=<w>, only
     worker w of `trainflow tune`). `<name>:<n>@<seconds>` kills it that long after the n-th hit instead, while the work
-    after the point goes on: a kill somewhere inside that work (a DVC commit or push, a registry write).
+    after the point goes on: a kill somewhere inside that work (a DVC commit or push, a registry write). With
+    TRAINFLOW_FAILPOINT_SIGNAL=<SIGNAME> it sends that signal instead of SIGKILL (a preemption: SIGTERM, SIGUSR1).
 
     Points: `update` (after each training update), `checkpoint_write` (in the middle of a checkpoint), `rename-<name>`
     (an atomic write's temp file or directory is complete, not yet renamed into place), `commit-<stage>` (a stage of
@@ -260,7 +262,7 @@ def failpoint(name: str) -> None:
     count, _, delay = spec[len(name) + 1 :].partition("@")
     if _hits[name] != int(count):
         return
-    kill = getattr(signal, "SIGKILL", signal.SIGTERM)  # Windows: SIGTERM is TerminateProcess
+    kill = getattr(signal, FAILPOINT_SIGNAL or "SIGKILL", signal.SIGTERM)  # Windows: SIGTERM is TerminateProcess
     if delay:
         import threading
 

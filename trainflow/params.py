@@ -540,6 +540,40 @@ class TrainParams(Section):
         False, description="Debug: autograd anomaly detection names the op that produced a NaN (slow)."
     )
     progress: bool = Field(True, description="Show a progress bar on stderr.")
+    preempt_signals: list[str] = Field(
+        ["SIGTERM", "SIGINT", "SIGUSR1"],
+        description="Signals that stop training at the next update boundary with a checkpoint and exit code 75 "
+        "(preempted, resumable: a rerun continues bit for bit); a second signal stops at once. [] to leave them be.",
+    )
+    max_time: float | None = Field(
+        None,
+        description="Wall-clock budget of one training run, from its first update (seconds, or 20s, 45m, 2h, 1h30m): "
+        "past it, stop at the next update with a checkpoint and exit code 75, so the next run (a job's next "
+        "allocation) continues. null: no limit.",
+    )
+
+    @field_validator("preempt_signals")
+    @classmethod
+    def _known_signals(cls, v: list[str]) -> list[str]:
+        import signal
+
+        unknown = [name for name in v if name not in signal.Signals.__members__]
+        if unknown:
+            raise ValueError(f"unknown signal(s) {', '.join(unknown)}; use names such as SIGTERM, SIGINT, SIGUSR1")
+        if uncatchable := [name for name in v if name in ("SIGKILL", "SIGSTOP")]:
+            raise ValueError(f"{', '.join(uncatchable)} cannot be caught; a process killed so resumes from its last "
+                             "periodic checkpoint")  # fmt: skip
+        return v
+
+    @field_validator("max_time", mode="before")
+    @classmethod
+    def _duration(cls, v: float | str | None) -> float | None:
+        if v is None:
+            return None
+        value = duration_seconds(v)
+        if value <= 0:
+            raise ValueError(f"must be a positive duration, got {v!r}")
+        return value
 
     @field_validator("world_size", "batch_size")
     @classmethod
@@ -581,6 +615,20 @@ class TrainParams(Section):
     @property
     def minimize(self) -> bool:
         return self.mode == "min" or (self.mode == "auto" and self.monitor in MINIMIZED)
+
+
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)d)?(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
+
+
+def duration_seconds(value: float | str) -> float:
+    """A duration: seconds as a number, or text such as 20s, 45m, 2h, 1h30m, 1d."""
+    if isinstance(value, int | float):
+        return float(value)
+    match = _DURATION.match(value.replace(" ", ""))
+    if not match or not any(match.groups()):
+        raise ValueError(f"{value!r} is not a duration; write seconds (3600) or e.g. 20s, 45m, 2h, 1h30m, 1d")
+    days, hours, minutes, secs = (float(g) if g else 0.0 for g in match.groups())
+    return days * 86400 + hours * 3600 + minutes * 60 + secs
 
 
 def _known_world_size(world_size: int | str) -> int | None:

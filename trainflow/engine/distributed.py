@@ -40,7 +40,7 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from trainflow.errors import ParamsError, ServiceError, UserError
+from trainflow.errors import ParamsError, Preempted, ServiceError, UserError
 
 # A rank that waits this long in a collective has lost a peer: fail, never hang. Long enough for a checkpoint write.
 TIMEOUT = datetime.timedelta(seconds=float(os.environ.get("TRAINFLOW_COLLECTIVE_TIMEOUT", "120")))
@@ -428,9 +428,18 @@ def _entry(fn: Callable[..., Any], *args: Any) -> Any:
     except UserError as exc:
         print(f"rank {os.environ.get('RANK')}: {exc}", file=sys.stderr, flush=True)
         sys.exit(UserError.exit_code)
+    except Preempted as exc:  # every rank stopped after the same update, the checkpoint written
+        if os.environ.get("RANK") == "0":
+            print(exc, file=sys.stderr, flush=True)
+        sys.exit(Preempted.exit_code)
 
 
 def _rank_error(rank: int, failure: Any) -> Exception:
+    if failure.exitcode == Preempted.exit_code:
+        return Preempted(
+            "train: the distributed run was preempted: every rank stopped after the same update, with a "
+            f"checkpoint (rank 0 said where, above); rerun to resume (exit code {Preempted.exit_code})"
+        )
     if failure.exitcode == UserError.exit_code:
         return UserError(f"rank {rank} of the distributed run failed; its error is printed above (the others stopped)")
     if failure.exitcode < 0:

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 import torch
 from torch import nn
@@ -44,9 +44,10 @@ from trainflow.engine.ema import EMA
 from trainflow.engine.objective import Objective
 from trainflow.engine.optim import build_optimizer, plan_groups
 from trainflow.engine.precision import Precision, configure_backends
+from trainflow.engine.preempt import Watch
 from trainflow.engine.progress import Progress, progress
 from trainflow.engine.schedule import Plateau, lr_table
-from trainflow.errors import ParamsError, UserError
+from trainflow.errors import PREEMPTED, ParamsError, Preempted, UserError
 from trainflow.io import failpoint
 from trainflow.params import TrainParams
 
@@ -260,6 +261,10 @@ class Trainer:
         self._saved_best = -1  # the best update that the checkpoint of state.checkpoint_update names
         self.final_weights: dict[str, torch.Tensor] | None = None  # after fit(), on rank 0: what to export
         self.resumed_from: int | None = None  # the update a resumed run continued from; None for a fresh start
+        # A signal (train.preempt_signals) or train.max_time stops fit() after an update, with a checkpoint, raising
+        # Preempted. Off by default: the train stage turns it on (a sweep's trials leave the signals to the sweep).
+        self.preemptible = False
+        self._watch: Watch | None = None
 
     @property
     def decide_on_device(self) -> bool:
@@ -403,8 +408,9 @@ class Trainer:
         self._clock = (time.perf_counter(), s.samples, s.tokens, self._flops)
         self._logged_at = s.updates
         anomaly = torch.autograd.detect_anomaly() if p.detect_anomaly else contextlib.nullcontext()
+        self._watch = Watch(p.preempt_signals, p.max_time, self.group) if self.preemptible else None
         try:
-            with anomaly:
+            with anomaly, self._watch or contextlib.nullcontext():
                 while not self._done():
                     self._run_epoch(train, val, bar)
                 if s.last_eval_update != s.updates and not s.stopped_early:
@@ -472,8 +478,24 @@ class Trainer:
                 self._evaluate(val)
             if epoch_end or (p.checkpoint_every and s.updates % p.checkpoint_every == 0):
                 self._checkpoint()
-            if epoch_end or self._done():
+            if self._done():
                 return
+            if self._watch is not None and (why := self._watch.due()):
+                self._preempt(why)
+            if epoch_end:
+                return
+
+    def _preempt(self, why: str) -> NoReturn:
+        """Checkpoint here (whole: weights, optimizer, data position, RNG), wait until it is on disk on every rank,
+        and stop with Preempted: the rerun resumes from this update, bit for bit."""
+        s = self.state
+        self._checkpoint()
+        self.store.wait()
+        self.group.barrier()  # no rank exits (and gets its siblings killed) before rank 0's checkpoint is written
+        raise Preempted(
+            f"train: {why}: stopped after update {s.updates} of {self.plan.total} (epoch {s.epoch}) with a checkpoint "
+            f"in {self.store.path(s.updates)}; rerun to resume from it (exit code {PREEMPTED}: preempted, resumable)"
+        )
 
     def _done(self) -> bool:
         s = self.state

@@ -31,7 +31,7 @@ from trainflow.engine.data import Dataset, ImageData, MemmapData, TensorData, Te
 from trainflow.engine.objective import Objective
 from trainflow.engine.precision import Precision, configure_backends, resolve_device, resolve_precision
 from trainflow.engine.trainer import Logger, NullLogger, Trainer
-from trainflow.errors import ParamsError, UserError
+from trainflow.errors import ParamsError, Preempted, UserError
 from trainflow.export import export, model_config
 from trainflow.fingerprint import data_hash, fingerprint
 from trainflow.io import write_json
@@ -229,12 +229,13 @@ def _train(params: PipelineParams, paths: Paths, device: torch.device, group: di
     tensorboard = paths.tensorboard if params.tracking.tensorboard else None
     logger = tracking.loggers(run, tensorboard) if group.is_main else NullLogger()
     trainer.logger = logger
+    trainer.preemptible = True  # a signal or train.max_time: checkpoint at the next update, raise Preempted
     try:
         state = trainer.fit(built.train, built.val)
     except BaseException as exc:
         logger.close()
         if group.is_main:
-            run.finish("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
+            run.finish("KILLED" if isinstance(exc, KeyboardInterrupt | Preempted) else "FAILED")
         raise
     finally:
         built.discard()

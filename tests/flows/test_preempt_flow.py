@@ -1,0 +1,100 @@
+"""Preemption in the slow tier (issue 28): `trainflow run` on a Prefect server, and a 2-process training.
+
+- `trainflow run` sent SIGTERM in training exits 75; its flow run ends in state Preempted (type Crashed, no
+  traceback), not Failed; the next `trainflow run` resumes from the checkpoint taken at the signal, registers one
+  version, and leaves `dvc status` clean.
+- Two ranks, the signal sent to rank 1 alone: both stop after the same update, exit 75, and the rerun ends with the
+  weights of an uninterrupted 2-process run, bit for bit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import make_project
+from servers import BIN, prefect_server
+
+from trainflow.errors import PREEMPTED
+from trainflow.io import read_json
+from trainflow.params import load_params
+from trainflow.paths import Paths
+from trainflow.stages import run_stage
+
+pytestmark = pytest.mark.slow
+
+PARAMS = {"data.source": "builtin:iris", "register.model_name": "iris", "train.epochs": 3, "train.batch_size": 16,
+          "train.progress": "false"}  # fmt: skip
+
+
+def post(url: str, body: dict[str, Any]) -> Any:
+    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.load(response)
+
+
+def test_trainflow_run_preempted_ends_preempted_not_failed_and_the_next_run_resumes(tmp_path: Path) -> None:
+    (tmp_path / "prefect-home").mkdir()
+    with prefect_server(tmp_path / "prefect-home") as server:
+        root = make_project(tmp_path / "proj", PARAMS)
+        env = {**server.env(), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+
+        def trainflow_run(extra: dict[str, str]) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([str(BIN / "trainflow"), "run"], cwd=root, env={**env, **extra}, capture_output=True,
+                                  text=True, timeout=900)  # fmt: skip
+
+        first = trainflow_run({"TRAINFLOW_FAILPOINT": "update:9", "TRAINFLOW_FAILPOINT_SIGNAL": "SIGTERM"})
+        assert first.returncode == PREEMPTED, first.stdout[-3000:] + first.stderr[-3000:]
+        assert "preempted: train: SIGTERM received: stopped after update 9 of 21" in first.stderr
+        assert "Traceback" not in first.stdout + first.stderr
+        [run] = post(f"{server.url}/flow_runs/filter", {})
+        assert (run["state_type"], run["state_name"]) == ("CRASHED", "Preempted"), run
+        assert "rerun to resume" in run["state"]["message"]
+        tasks = {t["name"].split("-")[0]: t for t in post(f"{server.url}/task_runs/filter", {})}
+        assert tasks["train"]["state_name"] == "Preempted"
+        assert "evaluate" not in tasks and "register" not in tasks
+
+        second = trainflow_run({})
+        assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+        paths = Paths(root)
+        assert read_json(paths.train_run)["resumed_from_update"] == 9
+        assert read_json(paths.registration)["version"] == 1  # one version, from the resumed training
+        runs = sorted(post(f"{server.url}/flow_runs/filter", {}), key=lambda r: r["created"])
+        assert [r["state_name"] for r in runs] == ["Preempted", "Completed"]
+        status = subprocess.run([str(BIN / "dvc"), "status"], cwd=root, capture_output=True, text=True, check=True)
+        assert "up to date" in status.stdout, status.stdout
+
+
+def digest(root: Path) -> str:
+    return hashlib.sha256((Paths(root).final / "model.safetensors").read_bytes()).hexdigest()
+
+
+def test_two_ranks_stop_after_the_same_update_when_one_is_signalled_and_resume_bitwise(tmp_path: Path) -> None:
+    root = make_project(tmp_path / "proj", {**PARAMS, "train.world_size": 2, "train.batch_size": 8})
+    paths = Paths(root)
+    for stage in ("ingest", "split"):
+        run_stage(stage, load_params(paths.params), paths)
+    whole = Path(shutil.copytree(root, tmp_path / "whole"))
+
+    def train(where: Path, extra: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(BIN / "trainflow"), "stage", "train"], cwd=where, capture_output=True, text=True,
+                              env={**os.environ, **extra}, timeout=900)  # fmt: skip
+
+    assert train(whole, {}).returncode == 0
+    signal_rank1 = {"TRAINFLOW_FAILPOINT": "update:11", "TRAINFLOW_FAILPOINT_RANK": "1",
+                    "TRAINFLOW_FAILPOINT_SIGNAL": "SIGUSR1"}  # fmt: skip
+    first = train(root, signal_rank1)
+    assert first.returncode == PREEMPTED, first.stderr[-3000:]
+    assert "another rank was told to stop: stopped after update 11 of 21" in first.stderr  # rank 0's words
+    assert [p.name for p in sorted(paths.checkpoints.glob("step-*"))][-1] == "step-000000011"
+    again = train(root, {})
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert read_json(paths.train_run)["resumed_from_update"] == 11
+    assert digest(root) == digest(whole)

@@ -1,0 +1,143 @@
+"""Preemption (issue 28): a signal stops training after the update it arrived in, with a checkpoint and exit code 75,
+and the rerun ends with the weights of an uninterrupted run, bit for bit; train.max_time does the same on a clock;
+a second signal ends the process at once. (Two processes, and `trainflow run` on a Prefect flow: the slow tier,
+tests/flows/test_preempt_flow.py.)"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import make_project
+
+from trainflow.errors import PREEMPTED
+from trainflow.io import read_json
+from trainflow.params import load_params
+from trainflow.paths import Paths
+from trainflow.stages import run_stage
+
+BIN = Path(sys.executable).parent
+UPDATES = 3 * 7  # 3 epochs of 7 updates: 105 train rows of iris in windows of 16
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A split project, and the weights an uninterrupted training of it ends with."""
+    root = make_project(tmp_path_factory.mktemp("preempt") / "proj", {
+        "data.source": "builtin:iris", "train.epochs": 3, "train.batch_size": 16, "train.progress": "false",
+        "train.log_every": 2})  # fmt: skip
+    paths = Paths(root)
+    for stage in ("ingest", "split"):
+        run_stage(stage, load_params(paths.params), paths)
+    whole = root.parent / "whole"
+    shutil.copytree(root, whole)
+    train(whole)
+    return root, digest(whole)
+
+
+def copy(reference: tuple[Path, str], tmp_path: Path) -> Path:
+    return Path(shutil.copytree(reference[0], tmp_path / "proj"))
+
+
+def digest(root: Path) -> str:
+    return hashlib.sha256((Paths(root).final / "model.safetensors").read_bytes()).hexdigest()
+
+
+def train(root: Path, env: dict[str, str] | None = None, expect: int = 0) -> str:
+    proc = subprocess.run([str(BIN / "trainflow"), "stage", "train"], cwd=root, capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=600)  # fmt: skip
+    assert proc.returncode == expect, proc.stderr[-3000:]
+    return proc.stderr
+
+
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGUSR1", "SIGINT"])
+def test_a_signal_at_a_random_update_checkpoints_there_and_the_rerun_ends_bitwise_equal(
+    reference: tuple[Path, str], tmp_path: Path, name: str
+) -> None:
+    root = copy(reference, tmp_path)
+    at = random.Random(name).randrange(1, UPDATES)  # mid-epoch or at an epoch's end alike
+    err = train(root, {"TRAINFLOW_FAILPOINT": f"update:{at}", "TRAINFLOW_FAILPOINT_SIGNAL": name}, expect=PREEMPTED)
+    assert f"preempted: train: {name} received: stopped after update {at} of {UPDATES}" in err, (at, err[-2000:])
+    assert (Paths(root).checkpoints / f"step-{at:09d}").is_dir()  # within the update the signal arrived in
+    assert not (Paths(root).final / "model.safetensors").exists()
+    err = train(root)
+    assert read_json(Paths(root).train_run)["resumed_from_update"] == at
+    assert digest(root) == reference[1], f"the rerun after a {name} at update {at} trained other weights"
+
+
+def test_max_time_stops_each_run_and_the_reruns_finish_the_training_bitwise_equal(
+    reference: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A clock that moves 1 s per reading (the Watch reads it at the start and after each update): train.max_time 4.5s
+    stops a run after its 5th update, where the clock reads 5 s, every time, whatever this machine's speed."""
+    from trainflow.engine import preempt
+    from trainflow.errors import Preempted
+    from trainflow.params import write_overrides
+
+    root = copy(reference, tmp_path)
+    paths = Paths(root)
+    write_overrides(paths.params, ["train.max_time=4.5s"])
+    ticks = iter(range(10**6))
+    monkeypatch.setattr(preempt.time, "monotonic", lambda: float(next(ticks)))
+    stops = []
+    for _ in range(UPDATES):
+        try:
+            run_stage("train", load_params(paths.params), paths)
+            break
+        except Preempted as exc:
+            assert "train.max_time (4.5 s) reached: stopped after update" in str(exc)
+            stops.append(int(str(exc).split("stopped after update ")[1].split()[0]))
+    assert stops == list(range(5, UPDATES, 5)), stops  # 5 updates per run, resumed where the last one stopped
+    assert digest(root) == reference[1]
+
+
+def test_a_second_signal_ends_the_process_at_once(tmp_path: Path) -> None:
+    """The first signal is noted (the checkpoint waits for the update's end); the second is the signal's own effect."""
+    script = textwrap.dedent("""
+        import os, signal, sys, time
+        from trainflow.engine.distributed import Group
+        from trainflow.engine.preempt import Watch
+        with Watch(["SIGTERM"], None, Group()) as watch:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.1)
+            print("noted:", watch.due(), flush=True)
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+            print("still running", flush=True)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.stdout == "noted: SIGTERM received\n", proc.stdout + proc.stderr
+    assert proc.returncode == -signal.SIGTERM
+
+
+def test_handlers_are_put_back_after_training_and_empty_signals_leave_them_alone(reference: tuple[Path, str]) -> None:
+    from trainflow.engine.distributed import Group
+    from trainflow.engine.preempt import Watch
+
+    before = signal.getsignal(signal.SIGUSR1)
+    with Watch(["SIGUSR1"], None, Group()):
+        assert signal.getsignal(signal.SIGUSR1) is not before
+    assert signal.getsignal(signal.SIGUSR1) is before
+    with Watch([], None, Group()) as watch:
+        assert signal.getsignal(signal.SIGUSR1) is before and watch.due() is None
+
+
+def test_max_time_takes_durations_and_refuses_what_is_not_one(tmp_path: Path) -> None:
+    from trainflow.errors import ParamsError
+    from trainflow.params import TrainParams
+
+    assert [TrainParams(max_time=v).max_time for v in ("20s", "45m", "1h30m", "1d", 90)] == [20, 2700, 5400, 86400, 90]
+    params = tmp_path / "params.yaml"
+    shutil.copy(Path(__file__).resolve().parents[2] / "params.yaml", params)
+    with pytest.raises(ParamsError) as err:
+        load_params(params, ["train.max_time=soon", "train.preempt_signals=[SIGTERM, SIGKILL]"])
+    assert sorted(p for p, _ in err.value.problems) == ["train.max_time", "train.preempt_signals"]
+    assert "cannot be caught" in str(err.value)
