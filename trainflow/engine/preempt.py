@@ -3,10 +3,12 @@ boundary, after a checkpoint, with exit code PREEMPTED, so the next run (a retry
 resumes from that checkpoint bit for bit.
 
 The signal handler only notes the signal; the trainer asks `due()` after each update, where the weights, optimizer
-and data position are whole. A second signal ends the process at once (the signal's default action), for a user who
-does not want to wait for the checkpoint. Several ranks stop after the same update: each update, they take the
-maximum of their flags over a CPU (gloo) group, a host-to-host exchange of one integer that never waits for the
-device, so a signal any rank received is acted on by all within one update.
+and data position are whole. A second signal, more than ECHO_S after the first, ends the process at once (the
+signal's default action), for a user who does not want to wait for the checkpoint.
+
+Several ranks stop after the same update: each update, they take the maximum of their flags over a CPU (gloo) group,
+a host-to-host exchange of one integer that never waits for the device, so a signal any rank received is acted on by
+all within one update.
 
 Signals are caught in the main thread only (Python's rule); elsewhere the budget still applies, and a note says so.
 """
@@ -26,7 +28,15 @@ import torch
 from trainflow.engine.distributed import Group
 from trainflow.errors import PREEMPTED, Preempted
 
-__all__ = ["PREEMPTED", "Preempted", "Watch"]
+__all__ = ["PREEMPTED", "PREEMPTED_MARK", "Preempted", "Watch"]
+
+# Written beside the checkpoints by a preempted run (removed by the next): {"update", "why", "at"}. A job script
+# reads it where a launcher between it and trainflow turns exit code 75 into its own (torchrun exits 1).
+PREEMPTED_MARK = "preempted.json"
+
+# A signal this soon after the first is the same preemption reaching the process twice (a launcher such as torchrun
+# or a job script forwards what the scheduler also sent it): noted, not "a second signal".
+ECHO_S = 1.0
 
 
 class Watch:
@@ -37,6 +47,7 @@ class Watch:
         self.max_time_s = max_time_s
         self.group = group
         self.caught: signal.Signals | None = None
+        self._caught_at = 0.0
         self._deadline: float | None = None
         self._previous: dict[signal.Signals, Any] = {}
         self._cpu_group: Any = None
@@ -64,11 +75,13 @@ class Watch:
         self._previous.clear()
 
     def _note(self, signum: int, frame: FrameType | None) -> None:
-        if self.caught is not None:  # the second: no checkpoint, the signal's own effect at once
+        now = time.monotonic()
+        if self.caught is not None and now - self._caught_at > ECHO_S:  # a second: the signal's own effect at once
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
             return
-        self.caught = signal.Signals(signum)
+        if self.caught is None:
+            self.caught, self._caught_at = signal.Signals(signum), now
 
     def _reason(self) -> str | None:
         if self.caught is not None:

@@ -44,11 +44,11 @@ from trainflow.engine.ema import EMA
 from trainflow.engine.objective import Objective
 from trainflow.engine.optim import build_optimizer, plan_groups
 from trainflow.engine.precision import Precision, configure_backends
-from trainflow.engine.preempt import Watch
+from trainflow.engine.preempt import PREEMPTED_MARK, Watch
 from trainflow.engine.progress import Progress, progress
 from trainflow.engine.schedule import Plateau, lr_table
 from trainflow.errors import PREEMPTED, ParamsError, Preempted, UserError
-from trainflow.io import failpoint
+from trainflow.io import failpoint, write_json
 from trainflow.params import TrainParams
 
 
@@ -409,6 +409,8 @@ class Trainer:
         self._logged_at = s.updates
         anomaly = torch.autograd.detect_anomaly() if p.detect_anomaly else contextlib.nullcontext()
         self._watch = Watch(p.preempt_signals, p.max_time, self.group) if self.preemptible else None
+        if self.group.is_main:
+            (self.store.root / PREEMPTED_MARK).unlink(missing_ok=True)  # this run resumes what that one stopped
         try:
             with anomaly, self._watch or contextlib.nullcontext():
                 while not self._done():
@@ -491,6 +493,8 @@ class Trainer:
         s = self.state
         self._checkpoint()
         self.store.wait()
+        if self.group.is_main:  # for a job script that sees a launcher's exit code rather than ours (torchrun: 1)
+            write_json(self.store.root / PREEMPTED_MARK, {"update": s.updates, "why": why, "at": time.time()})
         self.group.barrier()  # no rank exits (and gets its siblings killed) before rank 0's checkpoint is written
         raise Preempted(
             f"train: {why}: stopped after update {s.updates} of {self.plan.total} (epoch {s.epoch}) with a checkpoint "

@@ -1,0 +1,93 @@
+"""Acceptance (issue 28): scripts/slurm/train.sbatch on a real single-node Slurm cluster (munge, slurmctld and slurmd
+on 127.0.0.1, started here by scripts/slurm/local-cluster.sh). A job preempted mid-training with `scancel
+--signal=USR1` checkpoints at the signal, requeues itself, resumes from that checkpoint in its second start, and ends
+with the weights of an uninterrupted training, bit for bit.
+
+Needs root and Debian's slurm-wlm and munge, which .ci/run installs (see README, "Slurm"); skipped otherwise."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import REPO, make_project
+from servers import BIN
+
+from trainflow.params import load_params
+from trainflow.paths import Paths
+from trainflow.stages import run_stage
+
+MISSING = [t for t in ("munged", "slurmctld", "slurmd", "sbatch") if shutil.which(t) is None]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(bool(MISSING), reason=f"no Slurm here ({', '.join(MISSING)}): apt-get install slurm-wlm munge"),
+    pytest.mark.skipif(os.geteuid() != 0, reason="a local Slurm cluster runs slurmd as root"),
+]
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    where = tmp_path_factory.mktemp("slurm")
+    script = REPO / "scripts/slurm/local-cluster.sh"
+    started = subprocess.run(["bash", str(script), "start", str(where)], capture_output=True, text=True, timeout=120)
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        conf = started.stdout.strip().splitlines()[-1].removeprefix("SLURM_CONF=")
+        yield {**os.environ, "SLURM_CONF": conf, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    finally:
+        subprocess.run(["bash", str(script), "stop", str(where)], capture_output=True, timeout=60)
+
+
+def digest(root: Path) -> str:
+    return hashlib.sha256((Paths(root).final / "model.safetensors").read_bytes()).hexdigest()
+
+
+def job_field(job: str, env: dict[str, str], field: str) -> str:
+    shown = subprocess.run(["scontrol", "show", "job", job], env=env, capture_output=True, text=True).stdout
+    match = re.search(rf"\b{field}=(\S+)", shown)
+    return match.group(1) if match else ""
+
+
+def test_a_job_preempted_with_usr1_requeues_itself_and_resumes_to_the_uninterrupted_weights(
+    slurm: dict[str, str], tmp_path: Path
+) -> None:
+    root = make_project(tmp_path / "proj", {"data.source": "builtin:iris", "train.epochs": 300, "train.batch_size": 16,
+                                            "train.progress": "false", "train.log_every": 20})  # fmt: skip
+    shutil.copytree(REPO / "scripts/slurm", root / "scripts/slurm")
+    paths = Paths(root)
+    for stage in ("ingest", "split"):
+        run_stage(stage, load_params(paths.params), paths)
+    whole = Path(shutil.copytree(root, tmp_path / "whole"))
+    done = subprocess.run([str(BIN / "trainflow"), "stage", "train"], cwd=whole, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    submitted = subprocess.run(["sbatch", "--parsable", "scripts/slurm/train.sbatch"], cwd=root, env=slurm,
+                               capture_output=True, text=True, check=True)  # fmt: skip
+    job = submitted.stdout.strip().split(";")[0]
+    log = root / f"slurm-trainflow-{job}.out"
+
+    deadline = time.monotonic() + 300
+    while not any(paths.checkpoints.glob("step-*")):  # training is under way: its first epoch is checkpointed
+        assert time.monotonic() < deadline, f"no checkpoint; job {job_field(job, slurm, 'JobState')}"
+        time.sleep(0.2)
+    subprocess.run(["scancel", "--signal=USR1", job], env=slurm, check=True)
+
+    while job_field(job, slurm, "JobState") != "COMPLETED" or job_field(job, slurm, "Restarts") != "1":
+        state = job_field(job, slurm, "JobState")
+        assert state not in ("FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"), f"job {state}:\n{log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"job {state} after 300 s:\n{log.read_text()[-3000:]}"
+        time.sleep(0.5)
+    text = log.read_text()
+    stopped = re.search(r"preempted: train: SIGUSR1 received: stopped after update (\d+) of 2100", text)
+    assert stopped, text[-3000:]
+    at = int(stopped.group(1))
+    assert f"requeueing job {job}" in text and "(restart 1)" in text
+    assert re.search(rf"train: resumed from \S+step-{at:09d} at update {at}\b", text), text[-3000:]
+    assert digest(root) == digest(whole)
