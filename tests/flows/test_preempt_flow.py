@@ -3,8 +3,9 @@
 - `trainflow run` sent SIGTERM in training exits 75; its flow run ends in state Preempted (type Crashed, no
   traceback), not Failed; the next `trainflow run` resumes from the checkpoint taken at the signal, registers one
   version, and leaves `dvc status` clean.
-- Two ranks, the signal sent to rank 1 alone: both stop after the same update, exit 75, and the rerun ends with the
+- Two ranks, SIGTERM sent to rank 1 alone: both stop after the same update, exit 75, and the rerun ends with the
   weights of an uninterrupted 2-process run, bit for bit.
+- train.max_time 20s on a real clock: each run stops 20 s (and one update) in, the reruns end bitwise equal.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -89,7 +91,7 @@ def test_two_ranks_stop_after_the_same_update_when_one_is_signalled_and_resume_b
 
     assert train(whole, {}).returncode == 0
     signal_rank1 = {"TRAINFLOW_FAILPOINT": "update:11", "TRAINFLOW_FAILPOINT_RANK": "1",
-                    "TRAINFLOW_FAILPOINT_SIGNAL": "SIGUSR1"}  # fmt: skip
+                    "TRAINFLOW_FAILPOINT_SIGNAL": "SIGTERM"}  # fmt: skip
     first = train(root, signal_rank1)
     assert first.returncode == PREEMPTED, first.stderr[-3000:]
     assert "another rank was told to stop: stopped after update 11 of 21" in first.stderr  # rank 0's words
@@ -97,4 +99,36 @@ def test_two_ranks_stop_after_the_same_update_when_one_is_signalled_and_resume_b
     again = train(root, {})
     assert again.returncode == 0, again.stderr[-3000:]
     assert read_json(paths.train_run)["resumed_from_update"] == 11
+    assert digest(root) == digest(whole)
+
+
+def test_max_time_20s_on_a_real_clock_stops_each_run_in_time_and_the_reruns_end_bitwise_equal(tmp_path: Path) -> None:
+    """The acceptance as written: train.max_time 20s on a training of about a minute; each run trains 20 s and one
+    update more, and the reruns end with one uninterrupted run's weights."""
+    from conftest import blobs
+
+    params = {"data.source": "data/raw/blobs.csv", "data.target": "label", "train.epochs": 12, "train.batch_size": 8,
+              "train.progress": "false"}  # fmt: skip
+    root = make_project(tmp_path / "proj", params)
+    blobs(n=12000, separation=1.0).to_csv(root / "data/raw/blobs.csv", index=False)
+    paths = Paths(root)
+    for stage in ("ingest", "split"):
+        run_stage(stage, load_params(paths.params), paths)
+    whole = Path(shutil.copytree(root, tmp_path / "whole"))
+    started = time.monotonic()
+    done = subprocess.run([str(BIN / "trainflow"), "stage", "train"], cwd=whole, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    took = time.monotonic() - started
+    from trainflow.params import write_overrides
+
+    write_overrides(paths.params, ["train.max_time=20s"])
+    elapsed = []
+    for _ in range(30):
+        run = subprocess.run([str(BIN / "trainflow"), "stage", "train"], cwd=root, capture_output=True, text=True)
+        if run.returncode == 0:
+            break
+        assert run.returncode == PREEMPTED, run.stderr[-3000:]
+        elapsed.append(float(run.stderr.split("train.max_time (20 s) reached after ")[1].split()[0]))
+    assert len(elapsed) >= 2, f"the uninterrupted training took {took:.0f} s; stopped after {elapsed} s"
+    assert all(20 <= e < 21 for e in elapsed), elapsed  # 20 s and one update (milliseconds here)
     assert digest(root) == digest(whole)

@@ -93,7 +93,7 @@ def test_max_time_stops_each_run_and_the_reruns_finish_the_training_bitwise_equa
             run_stage("train", load_params(paths.params), paths)
             break
         except Preempted as exc:
-            assert "train.max_time (4.5 s) reached: stopped after update" in str(exc)
+            assert "train.max_time (4.5 s) reached after 5.0 s: stopped after update" in str(exc)
             stops.append(int(str(exc).split("stopped after update ")[1].split()[0]))
     assert stops == list(range(5, UPDATES, 5)), stops  # 5 updates per run, resumed where the last one stopped
     assert digest(root) == reference[1]

@@ -86,8 +86,9 @@ class Watch:
     def _reason(self) -> str | None:
         if self.caught is not None:
             return f"{self.caught.name} received"
-        if self._deadline is not None and time.monotonic() >= self._deadline:
-            return f"train.max_time ({self.max_time_s:g} s) reached"
+        if self._deadline is not None and (now := time.monotonic()) >= self._deadline:
+            assert self.max_time_s is not None
+            return f"train.max_time ({self.max_time_s:g} s) reached after {now - self._deadline + self.max_time_s:.1f} s"
         return None
 
     def due(self) -> str | None:
