@@ -31,6 +31,8 @@ NOT_IN_FINGERPRINT = {
     # When a run stops to be resumed: the resumed run trains the same weights.
     "preempt_signals",
     "max_time",
+    # Observes, changes nothing.
+    "profile",
 }
 
 

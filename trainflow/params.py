@@ -361,6 +361,11 @@ class ParamGroupRule(Section):
     )
 
 
+class ProfileParams(Section):
+    start: int = Field(5, ge=1, description="The first profiled update: the ones before it warm up (not recorded).")
+    updates: int = Field(5, ge=1, description="How many updates to record.")
+
+
 class TrainParams(Section):
     epochs: int = Field(40, ge=1, description="Maximum number of passes over the training split.")
     batch_size: int | Literal["auto"] = Field(
@@ -540,6 +545,12 @@ class TrainParams(Section):
         False, description="Debug: autograd anomaly detection names the op that produced a NaN (slow)."
     )
     progress: bool = Field(True, description="Show a progress bar on stderr.")
+    profile: ProfileParams | None = Field(
+        None,
+        description="Record a torch.profiler trace of `updates` updates from update `start` (CPU, and CUDA where "
+        "present) into reports/profile/, logged with the MLflow run; open it in Perfetto or TensorBoard. null: off "
+        "(costs nothing).",
+    )
     preempt_signals: list[str] = Field(
         ["SIGTERM", "SIGINT", "SIGUSR1"],
         description="Signals that stop training at the next update boundary with a checkpoint and exit code 75 "

@@ -108,6 +108,12 @@ class Paths:
         return self.reports / "plots"
 
     @property
+    def profile(self) -> Path:
+        """train.profile's traces (Chrome trace JSON, one per rank) of the last run that profiled. Not a DVC output
+        (a trace differs on every run) and not in git (/reports/)."""
+        return self.reports / "profile"
+
+    @property
     def tensorboard(self) -> Path:
         """tracking.tensorboard: event files, a subfolder per run (tune/<study>/trial_NNNN/... for sweep trials).
         Not a DVC output (runs accumulate here; DVC would delete them before each run) and not in git (/reports/)."""

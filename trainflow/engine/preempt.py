@@ -88,7 +88,8 @@ class Watch:
             return f"{self.caught.name} received"
         if self._deadline is not None and (now := time.monotonic()) >= self._deadline:
             assert self.max_time_s is not None
-            return f"train.max_time ({self.max_time_s:g} s) reached after {now - self._deadline + self.max_time_s:.1f} s"
+            trained = now - self._deadline + self.max_time_s
+            return f"train.max_time ({self.max_time_s:g} s) reached after {trained:.1f} s"
         return None
 
     def due(self) -> str | None:

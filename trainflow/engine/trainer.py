@@ -45,6 +45,7 @@ from trainflow.engine.objective import Objective
 from trainflow.engine.optim import build_optimizer, plan_groups
 from trainflow.engine.precision import Precision, configure_backends
 from trainflow.engine.preempt import PREEMPTED_MARK, Watch
+from trainflow.engine.profile import profiler
 from trainflow.engine.progress import Progress, progress
 from trainflow.engine.schedule import Plateau, lr_table
 from trainflow.errors import PREEMPTED, ParamsError, Preempted, UserError
@@ -265,6 +266,9 @@ class Trainer:
         # Preempted. Off by default: the train stage turns it on (a sweep's trials leave the signals to the sweep).
         self.preemptible = False
         self._watch: Watch | None = None
+        # train.profile writes its trace here (the train stage: reports/profile); None: not profiled.
+        self.profile_dir: Path | None = None
+        self._profiler: Any = None
 
     @property
     def decide_on_device(self) -> bool:
@@ -409,10 +413,11 @@ class Trainer:
         self._logged_at = s.updates
         anomaly = torch.autograd.detect_anomaly() if p.detect_anomaly else contextlib.nullcontext()
         self._watch = Watch(p.preempt_signals, p.max_time, self.group) if self.preemptible else None
+        self._profiler = profiler(p.profile, self.profile_dir, self.device, self.group.rank)
         if self.group.is_main:
             (self.store.root / PREEMPTED_MARK).unlink(missing_ok=True)  # this run resumes what that one stopped
         try:
-            with anomaly, self._watch or contextlib.nullcontext():
+            with anomaly, self._watch or contextlib.nullcontext(), self._profiler or contextlib.nullcontext():
                 while not self._done():
                     self._run_epoch(train, val, bar)
                 if s.last_eval_update != s.updates and not s.stopped_early:
@@ -470,6 +475,8 @@ class Trainer:
             if self.peak_flops and self.flops_per_batch is not None:
                 self._flops += sum(self.flops_per_batch(b) for b in micro)
             bar.update(1)
+            if self._profiler is not None:
+                self._profiler.step()
             failpoint("update")
             epoch_end = s.position == plan.epoch_samples
             if epoch_end:

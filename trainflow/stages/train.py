@@ -230,6 +230,10 @@ def _train(params: PipelineParams, paths: Paths, device: torch.device, group: di
     logger = tracking.loggers(run, tensorboard) if group.is_main else NullLogger()
     trainer.logger = logger
     trainer.preemptible = True  # a signal or train.max_time: checkpoint at the next update, raise Preempted
+    trainer.profile_dir = paths.profile if params.train.profile is not None else None
+    if trainer.profile_dir is not None and group.is_main:
+        shutil.rmtree(trainer.profile_dir, ignore_errors=True)  # this run's trace alone
+    group.barrier()
     try:
         state = trainer.fit(built.train, built.val)
     except BaseException as exc:
@@ -286,6 +290,8 @@ def _train(params: PipelineParams, paths: Paths, device: torch.device, group: di
     plots.training_curves(history, paths.plots / "training_curves.png")
     run.log_metrics({f"best_{params.train.monitor}": state.best_metric or math.nan})
     run.log_artifact(paths.plots / "training_curves.png", "plots")
+    for trace in sorted(paths.profile.glob("*.json")) if trainer.profile_dir is not None else []:
+        run.log_artifact(trace, "profile")
     run.log_model(paths.final, built.val_head)
     run.finish()
     write_json(paths.train_run, {**run.record(), **this_run})
