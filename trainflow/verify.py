@@ -2,11 +2,11 @@
 
 A version is tagged with the git commit it was trained from, DVC's hash of the splits it was trained on and the hash
 of the exported model. Verify takes exactly those: the code and params.yaml of the commit (`git archive`, into a
-temporary folder), the splits out of the DVC cache by their hash (each file's bytes checked against its md5 first, so
-a damaged cache is named, not trained on), then runs the train stage there with a throwaway MLflow store and compares
-the exported model's hash (and the test metrics of the evaluate stage) with the version's, and tags the version
-`verified` with the answer. Training is bit-exact on a CPU (and on one GPU with
-train.deterministic), so a match proves the lineage; a mismatch names what differs.
+temporary folder), the splits out of the DVC cache by their hash (fetched from the default DVC remote first when the
+cache lacks them; each file's bytes checked against its md5, so a damaged cache is named, not trained on), then runs
+the train stage there with a throwaway MLflow store and compares the exported model's hash (and the test metrics of
+the evaluate stage) with the version's, and tags the version `verified` with the answer. Training is bit-exact on a
+CPU (and on one GPU with train.deterministic), so a match proves the lineage; a mismatch names what differs.
 """
 
 from __future__ import annotations
@@ -66,15 +66,40 @@ def _md5(path: Path) -> str:
     return digest.hexdigest()
 
 
-def restore_splits(root: Path, dir_hash: str, dest: Path) -> list[str]:
-    """Copy the splits DVC hashed as `dir_hash` (an md5 ending in .dir) from the project's cache into `dest`, each
-    file checked against its md5. The file names restored."""
-    cache = root / ".dvc" / "cache" / "files" / "md5"
+def _cached(cache: Path, dir_hash: str) -> bool:
+    """Whether the cache holds the listing of `dir_hash` and every file it names."""
     listing = cache / dir_hash[:2] / dir_hash[2:]
     if not listing.is_file():
+        return False
+    return all((cache / e["md5"][:2] / e["md5"][2:]).is_file() for e in json.loads(listing.read_text()))
+
+
+def fetch_splits(root: Path, commit: str) -> None:
+    """`dvc fetch data/splits` of `commit` (its dvc.lock) and of the workspace, from the default remote into the
+    project's cache; what cannot be fetched is left for restore_splits to name."""
+    from dvc.repo import Repo
+
+    print(f"verify: fetching the splits of {commit[:12]} from the DVC remote", file=sys.stderr)
+    try:
+        with Repo(str(root)) as repo:
+            repo.fetch(targets=["data/splits"], revs=[commit], workspace=True)
+    except Exception as exc:  # noqa: BLE001 - no remote, unreachable, or the commit has no such output: said below
+        print(f"verify: could not fetch them ({exc})", file=sys.stderr)
+
+
+def restore_splits(root: Path, dir_hash: str, dest: Path, commit: str | None = None) -> list[str]:
+    """Copy the splits DVC hashed as `dir_hash` (an md5 ending in .dir) from the project's cache into `dest`, each
+    file checked against its md5; fetched from the DVC remote first when the cache lacks them (with `commit`). The
+    file names restored."""
+    cache = root / ".dvc" / "cache" / "files" / "md5"
+    listing = cache / dir_hash[:2] / dir_hash[2:]
+    if commit is not None and not _cached(cache, dir_hash):
+        fetch_splits(root, commit)
+    if not listing.is_file():
         raise DataError(
-            f"verify: the splits it was trained on (DVC hash {dir_hash}) are not in {cache.parent.parent}; run "
-            "`dvc pull` (or `dvc fetch`) to get them from the DVC remote, then verify again"
+            f"verify: the splits it was trained on (DVC hash {dir_hash}) are not in {cache.parent.parent}, nor on "
+            "the default DVC remote; push them from a machine that has them (`dvc push data/splits`), or add the "
+            "remote that holds them (`dvc remote add -d NAME URL`), then verify again"
         )
     dest.mkdir(parents=True, exist_ok=True)
     names = []
@@ -117,7 +142,7 @@ def verify(model: str, root: Path) -> dict[str, Any]:
             raise UserError(f"verify {model}: commit {commit[:12]} is not in this clone ({why}); `git fetch` it, then "
                             "verify again")  # fmt: skip
         subprocess.run(["tar", "-x", "-C", str(checkout)], input=archive.stdout, check=True)
-        restore_splits(root, tags["data_hash"], checkout / "data" / "splits")
+        restore_splits(root, tags["data_hash"], checkout / "data" / "splits", commit)
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join([str(checkout), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),

@@ -1,5 +1,6 @@
 """`trainflow verify` (issue 27 item 5): a registered version retrained from its commit, params and cached data comes
-out byte for byte; a damaged byte in the DVC cache is named, and the advice (delete it, `dvc pull`) makes it pass."""
+out byte for byte; a damaged byte in the DVC cache is named, and the advice (delete it, `dvc pull`) makes it pass;
+splits missing from the cache are fetched from the DVC remote."""
 
 from __future__ import annotations
 
@@ -54,6 +55,14 @@ def test_a_version_reproduces_and_a_damaged_cache_file_is_named_then_restored(
     damaged.unlink()  # the advice, as written
     dvc(root, "pull", "data/splits")
     assert main(["verify", "models:/iris@champion"]) == 0
+
+    # A clone whose cache lacks the splits (no `dvc pull`): verify fetches them from the remote itself
+    for entry in listing:
+        (cache / entry["md5"][:2] / entry["md5"][2:]).unlink()
+    (cache / tags["data_hash"][:2] / tags["data_hash"][2:]).unlink()
+    capsys.readouterr()
+    assert main(["verify", "iris/1"]) == 0
+    assert "fetching the splits of" in capsys.readouterr().err
 
     # Another model under the same tags: retrained, it differs, and verify says so (exit 1) and tags it
     client = MlflowClient()
