@@ -92,7 +92,7 @@ def _rank(params: dict[str, Any], root: str) -> dict[str, Any]:
     return train(PipelineParams.model_validate(params), Paths(Path(root)), int(os.environ["WORLD_SIZE"]))
 
 
-def train(params: PipelineParams, paths: Paths, world: int = 1) -> dict[str, Any]:
+def train(params: PipelineParams, paths: Paths, world: int) -> dict[str, Any]:
     device = distributed.device_for(resolve_device(params.train.device))
     t = params.train
     group = distributed.init(world, t.strategy, distributed.backend_for(t.backend, device), device)
