@@ -118,6 +118,19 @@ def test_numeric_input_as_strings_and_bad_values() -> None:
         pre.features(pd.DataFrame({"x": ["1", "oops"]}), "predict.csv")
 
 
+def test_a_numeric_column_of_whole_numbers_as_strings_fits_and_transforms_as_the_numbers() -> None:
+    """Whole numbers given as text, none missing (pandas parses them to int64, not float64): the same fit and the same
+    features as the numbers themselves, in train and at prediction time."""
+    schema = schema_for({"x": "numeric"})
+    numbers = pd.DataFrame({"x": [1, 2, 3, 10], "y": ["a", "b", "a", "b"]})
+    as_text = pd.DataFrame({"x": ["1", "2", "3", "10"], "y": ["a", "b", "a", "b"]}, dtype=object)
+    got, want = fit(as_text, schema), fit(numbers, schema)
+    assert got.to_json() == want.to_json() and want.columns[0].fill == [2.5]
+    prediction_input = pd.DataFrame({"x": ["7", "1"]}, dtype=object)  # e.g. JSON or CSV read as text
+    np.testing.assert_array_equal(want.features(prediction_input), want.features(pd.DataFrame({"x": [7.0, 1.0]})))
+    np.testing.assert_array_equal(got.features(as_text), want.features(numbers))
+
+
 # --- categorical, boolean, datetime ------------------------------------------------------------------------------
 
 
@@ -154,6 +167,23 @@ def test_booleans_zero_one_with_mode_and_indicator() -> None:
     np.testing.assert_array_equal(pre.features(pd.DataFrame({"b": [False, True]})), [[0, 0], [1, 0]])
     with pytest.raises(DataError, match=r"'b'.*booleans.*'maybe'"):
         pre.features(pd.DataFrame({"b": ["yes", "maybe"]}))
+
+
+@pytest.mark.parametrize(
+    ("values", "fill"),
+    [
+        ([False, False, True, None], 0.0),
+        ([True, False, None], 0.0),
+        ([None, None], 0.0),
+        ([True, True, False, None], 1.0),
+    ],
+    ids=["mostly-false", "a-tie", "all-missing", "mostly-true"],
+)
+def test_a_missing_boolean_is_the_majority_value_and_false_without_one(values: list[bool | None], fill: float) -> None:
+    train = pd.DataFrame({"b": pd.array(values, dtype="boolean"), "y": ["a"] * len(values)})
+    pre = fit(train, schema_for({"b": "boolean"}))
+    assert pre.columns[0].fill == [fill]
+    np.testing.assert_array_equal(pre.features(pd.DataFrame({"b": pd.array([None], dtype="boolean")}))[:, 0], [fill])
 
 
 def test_datetime_parts() -> None:

@@ -164,6 +164,29 @@ def test_the_ranks_micro_batches_are_those_one_process_cuts_from_the_window(worl
         assert groups[0].micro_batches(n, share, micro_batch) == [len(pieces) for pieces in per_rank], n
 
 
+def test_the_ddp_gradient_hook_sums_each_bucket_asynchronously() -> None:
+    """The comm hook DDP runs on each gradient bucket, here in this process as the only rank of a gloo group: DDP
+    wants a future of the reduced bucket (an all_reduce started asynchronously), and one rank's sum is its gradients."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    assert not dist.is_initialized()
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        model, alone = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+        alone.load_state_dict(model.state_dict())
+        ddp = DistributedDataParallel(model)
+        ddp.register_comm_hook(None, distributed._sum_hook)
+        x = torch.randn(5, 3)
+        ddp(x).square().sum().backward()
+        alone(x).square().sum().backward()
+    finally:
+        dist.destroy_process_group()
+    assert model.weight.grad is not None and alone.weight.grad is not None
+    assert torch.equal(model.weight.grad, alone.weight.grad) and torch.equal(model.bias.grad, alone.bias.grad)
+
+
 def test_sync_batchnorm_needs_cuda_and_keeps_batchnorms_state(tmp_path: Path) -> None:
     """torch runs SyncBatchNorm on CUDA only: several ranks on the CPU with train.sync_batchnorm stop before training,
     naming the field. Converted layers keep BatchNorm's state keys, so a checkpoint or an export from either setting

@@ -105,6 +105,22 @@ def test_prefetching_in_a_thread_gives_the_batches_decoding_on_the_spot_gives() 
     assert any(t.startswith("trainflow-images") for t in threads)  # the next batch was decoded in the background
 
 
+def test_evaluation_in_index_order_prefetches_exactly_the_next_window() -> None:
+    """No epoch order (evaluation): the batches are consecutive windows of the index order, and each one after the
+    first is decoded ahead, in the background, as exactly the window that follows: every image decoded once."""
+    images = pixels(n=20)
+    decoded: list[tuple[bool, list[int]]] = []
+
+    def decode(rows: list[int]) -> torch.Tensor:
+        decoded.append((threading.current_thread().name.startswith("trainflow-images"), rows))
+        return images[rows]
+
+    lazy = ImageData(decode, torch.arange(20) % 3, [10.0, 20.0], [2.0, 4.0])
+    for idx in (torch.arange(0, 8), torch.arange(8, 16), torch.arange(16, 20)):
+        assert torch.equal(lazy.batch(idx).target, idx % 3)
+    assert sorted(decoded) == [(False, list(range(0, 8))), (True, list(range(8, 16))), (True, list(range(16, 20)))]
+
+
 def test_files_decoded_for_a_device_are_normalised_on_the_host_with_no_copy_back() -> None:
     """Images decoded from files are normalised on the host (in the prefetch thread), then copied to the device.
     Was: mean/std lived on the device only and were copied back to the host for every batch, a device-to-host copy

@@ -467,6 +467,19 @@ def test_models_list_says_how_each_version_became_champion_and_nothing_for_the_o
     assert listed[1] == ""  # champion before, by an alias alone: no record of how
 
 
+def test_models_list_says_what_each_version_predicts_and_on_which_data(reg: Registry) -> None:
+    reg.register(0.50)  # version 2
+    for key, value in {"target": "species", "task": "classification", "data_hash": "d41d8cd98f00"}.items():
+        reg.client.set_model_version_tag("m", "2", key, value)
+    listed = {v["version"]: v for v in registry.list_versions("m")}
+    assert {k: listed[2][k] for k in ("target", "task", "data_hash")} == {
+        "target": "species",
+        "task": "classification",
+        "data_hash": "d41d8cd98f00",
+    }
+    assert {k: listed[1][k] for k in ("target", "task", "data_hash")} == {"target": "", "task": "", "data_hash": ""}
+
+
 def test_a_register_retry_after_tracking_was_down_takes_the_model_an_earlier_attempt_logged(tmp_path: Path) -> None:
     """Train could not log the model (tracking was down); an earlier attempt of register logged it into a run of its
     own and then failed. The retry finds that run by the model's hash and logs nothing twice."""

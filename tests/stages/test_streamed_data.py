@@ -235,3 +235,25 @@ def test_a_streamed_predict_refuses_an_input_with_prediction_columns_and_writes_
     with pytest.raises(UserError, match="already has prediction column"):
         predict_file(str(paths.final), tmp_path / "in.parquet", tmp_path / "out.csv", 16, 0.0001)
     assert not (tmp_path / "out.csv").exists()
+
+
+def test_a_streamed_classification_split_has_the_in_memory_integer_labels(tmp_path: Path) -> None:
+    """Classification targets are class indices (int64), as the cross-entropy loss takes them, streamed or not."""
+    from trainflow.params import FeatureParams
+
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame(
+        {"x": rng.normal(0, 1, 90), "colour": rng.choice(["red", "blue"], 90), "y": rng.choice(["a", "b", "c"], 90)}
+    )
+    frame.to_parquet(tmp_path / "train.parquet", index=False)
+    schema = Schema(source="t", target="y", task="classification", features=["x", "colour"],
+                    kinds={"x": "numeric", "colour": "categorical"}, classes=["a", "b", "c"], n_rows=90)  # fmt: skip
+    pre = Preprocessor.fit(frame, schema, FeatureParams())
+    x, y = stream.write_matrix(pre, tmp_path / "train.parquet", tmp_path / "m", "train")
+    held = model_inputs(pre, frame, "train", with_labels=True)
+    assert isinstance(held, TensorData)
+    assert y.dtype == np.int64 and np.array_equal(y, pd.Categorical(frame["y"], categories=schema.classes).codes)
+    assert np.array_equal(x, held.x.numpy()) and np.array_equal(y, held.y.numpy())
+    idx = torch.arange(10)
+    got, want = MemmapData(x, y).batch(idx), held.batch(idx)
+    assert got.target.dtype == want.target.dtype == torch.int64 and torch.equal(got.target, want.target)

@@ -189,3 +189,24 @@ def test_ece_bins_are_open_below_closed_above() -> None:
     correct = torch.tensor(proba.argmax(axis=1) == labels)
     sums = dict(zip(CALIBRATION, calibration_sums(confidence, correct, torch.ones(4, dtype=torch.bool)).tolist()))
     assert objective.metrics({"loss": 0.0, "count": 4.0, "correct": 2.0, **sums})["val_ece"] == pytest.approx(0.455)
+
+
+def test_ece_keeps_the_lowest_confidences_in_the_first_bin() -> None:
+    """20 classes: a top probability can be as low as 1/20, in the first bin (0, 1/15]. A right guess at 0.05 (bin 0)
+    and a wrong one at 0.1 (bin 1) are two bins, (|1 - 0.05| + |0 - 0.1|) / 2, in training's val_ece as in
+    evaluate's; a confidence of 0 is the first bin's too."""
+    proba = np.full((2, 20), 0.9 / 19)
+    proba[0] = 0.05
+    proba[1, 1] = 0.1
+    labels = np.array([0, 0])
+    expected = (0.95 + 0.1) / 2
+    assert reference_ece(labels, proba) == pytest.approx(expected)
+    assert expected_calibration_error(labels, proba) == pytest.approx(expected)
+    labelled = torch.ones(2, dtype=torch.bool)
+    got = calibration_sums(torch.tensor([0.05, 0.1]), torch.tensor([True, False]), labelled)
+    sums = dict(zip(CALIBRATION, got.tolist()))
+    assert (sums["bin0_count"], sums["bin1_count"]) == (1.0, 1.0)
+    val = Objective("classification").metrics({"loss": 0.0, "count": 2.0, "correct": 1.0, **sums})
+    assert val["val_ece"] == pytest.approx(expected)
+    zero = dict(zip(CALIBRATION, calibration_sums(torch.tensor([0.0]), torch.tensor([False]), labelled[:1]).tolist()))
+    assert zero["bin0_count"] == 1.0 and sum(zero[f"bin{b}_count"] for b in range(15)) == 1.0

@@ -83,3 +83,40 @@ def test_help_says_what_s_does_and_what_comes_out(command: str, capsys: pytest.C
     text = " ".join(capsys.readouterr().out.split())
     assert "written into params.yaml" in text and "params.yaml is put back as it was" in text
     assert "models/final/" in text and "reports/metrics.json" in text
+
+
+def test_no_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """`trainflow` alone: argparse's usage error (exit 2) naming the missing command, not a run of nothing."""
+    with pytest.raises(SystemExit) as exit_:
+        cli.main([])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "usage: trainflow" in err and "the following arguments are required: command" in err
+
+
+def test_models_help_lists_each_action_with_what_it_does(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["models", "--help"])
+    assert exit_.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for line in (
+        "list every version, newest first",
+        "promote make VERSION the champion",
+        "rollback champion back to the previous champion",
+        "show print the model card of a version (NAME@ALIAS or NAME/VERSION)",
+    ):
+        assert line in text
+
+
+def test_prefect_api_url_defaults_to_the_local_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A profiles.toml that names no active profile: Prefect's default, "local", is the one read."""
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.delenv("PREFECT_PROFILE", raising=False)
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path))
+    (tmp_path / "profiles.toml").write_text(
+        '[profiles.local]\nPREFECT_API_URL = "http://localhost:4200/api"\n'
+        '[profiles.LOCAL]\nPREFECT_API_URL = "http://elsewhere:4200/api"\n'
+    )
+    assert cli.prefect_api_url() == "http://localhost:4200/api"
+    monkeypatch.setenv("PREFECT_PROFILE", "LOCAL")  # the environment's choice wins over the default
+    assert cli.prefect_api_url() == "http://elsewhere:4200/api"

@@ -99,3 +99,6 @@ def test_peak_flops_table(
 def test_mfu() -> None:
     assert mfu(250e12, 1000e12) == 0.25
     assert mfu(250e12, None) is None
+    # Any positive peak divides, however small (in whatever unit both are given); zero or less is unknown.
+    assert mfu(0.25, 1.0) == 0.25 and mfu(0.25, 0.5) == 0.5
+    assert mfu(0.25, 0.0) is None and mfu(0.25, -1.0) is None

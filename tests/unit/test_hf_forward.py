@@ -211,3 +211,16 @@ def test_layer_of_numbers_decoder_parameters_from_the_embeddings_up(tmp_path: Pa
     layers = {name: model.layer_of(name) for name, _ in model.named_parameters()}
     assert layers == {name: expected.get(id(p), len(blocks) + 1) for name, p in model.named_parameters()}
     assert model.num_layers == len(blocks) == 2 and sorted(set(layers.values())) == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("outputs", [3, 5])
+def test_the_classifier_has_out_features_outputs_whatever_the_config_says(tmp_path: Path, outputs: int) -> None:
+    """A pretrained directory's config of 2 labels (saved without its labels): the model built for `outputs` classes,
+    from the config alone or from the pretrained weights (its head then new), gives `outputs` logits per row."""
+    directory = tiny_bert(tmp_path / "bert", WORDS, labels=2)
+    saved = json.loads((directory / "config.json").read_text())
+    tokens, mask = batch(padded=True)
+    for model in (hf.HFSequenceModel(outputs, saved), hf.HFSequenceModel(outputs, saved, str(directory))):
+        assert model.out_features == model.model.config.num_labels == outputs
+        with torch.no_grad():
+            assert model.eval()(tokens, mask).shape == (len(tokens), outputs)

@@ -105,6 +105,15 @@ def test_artifacts_come_from_the_reports_that_exist(tmp_path: Path) -> None:
     keys = [a.key for a in report.artifacts(paths)]
     assert keys == ["training-metrics", "mlflow-run", "registry-decision"]
     assert all(k.replace("-", "").isalnum() and k.islower() for k in keys)  # Prefect's rule for artifact keys
+    paths.reports.mkdir(parents=True, exist_ok=True)
+    (paths.reports / "card.md").write_text("# Model card: digits v3\n", encoding="utf-8")
+    # Each is shown in Prefect's UI under its description.
+    assert [(a.key, a.description) for a in report.artifacts(paths)] == [
+        ("training-metrics", "Test metrics of this run's model beside the champion's"),
+        ("mlflow-run", "The MLflow run that trained the model"),
+        ("model-card", "The registered version's model card"),
+        ("registry-decision", "Registry version and champion decision"),
+    ]
 
 
 def test_a_champion_that_could_not_be_scored_is_said_so() -> None:

@@ -1473,3 +1473,38 @@ def test_a_ray_sweep_gives_its_trials_the_data_hash_and_writes_the_results_ray_r
     assert set(children) == set(got["mlflow_run_id"])
     assert {r.data.tags["trainflow.data_sha256"] for r in children.values()} == {data_hash(paths)}
     assert {r.data.tags["trainflow.tune.trial"] for r in children.values()} == {"t1", "t2"}
+
+
+def test_local_workers_each_get_their_share_of_the_cores_and_the_study_on_stdin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`trainflow tune` with 2 workers on 8 cores: each worker process is `python -m trainflow.tune.worker`, numbered,
+    with OMP_NUM_THREADS=4 (torch's threads: the cores split between them), the study's spec on its stdin; a worker
+    that exits non-zero is returned as stopped."""
+    started: list[dict[str, Any]] = []
+
+    class Worker:
+        def __init__(self, argv: list[str], stdin: Any, env: dict[str, str]) -> None:
+            self.stdin = io.BytesIO()
+            self.stdin.close = lambda: None  # type: ignore[method-assign]  # keep what was written readable
+            self.pid = 1000 + len(started)
+            self.returncode = 3 if started else 0  # the second one fails
+            started.append({"argv": argv, "env": env, "stdin": self.stdin})
+
+        def poll(self) -> int:
+            return self.returncode
+
+    monkeypatch.setattr(tune, "subprocess", SimpleNamespace(Popen=Worker, PIPE=-1))
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.setenv("OMP_NUM_THREADS", "16")  # this process's own setting is not the workers'
+    study = SimpleNamespace(
+        budget=6, root=tmp_path, params=SimpleNamespace(model_dump=lambda mode: {"seed": 7}), terminal=lambda: 6
+    )
+    assert tune._work_locally(study, 2) == ["1"]
+    assert [w["argv"] for w in started] == [[sys.executable, "-m", "trainflow.tune.worker"]] * 2
+    numbered = [(w["env"]["TRAINFLOW_TUNE_WORKER"], w["env"]["OMP_NUM_THREADS"]) for w in started]
+    assert numbered == [("0", "4"), ("1", "4")]
+    assert all(w["env"]["PATH"] == os.environ["PATH"] for w in started)  # the rest of the environment is inherited
+    assert [json.loads(w["stdin"].getvalue()) for w in started] == [
+        {"root": str(tmp_path), "params": {"seed": 7}, "budget": 6}
+    ] * 2
