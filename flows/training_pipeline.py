@@ -34,8 +34,8 @@ STAGE_TASKS = (ingest, split, train, evaluate, register)
 
 @flow(name="training_pipeline")
 def training_pipeline(root: str = ".", caller_reports_errors: bool = False) -> dict[str, Any] | State:
-    """Run ingest → split → train → evaluate → register in the project at `root`; returns each stage's summary, or
-    the train task's Preempted state when training was preempted (the flow run ends in it: see tasks/train.py).
+    """Run ingest → split → train → evaluate → register in the project at `root`; returns each stage's summary, or,
+    when training was preempted, a Crashed state named Preempted, which the flow run ends in (tasks/train.py).
 
     `caller_reports_errors`: the caller (the CLI) prints a failing stage's error itself, in one paragraph, so Prefect's
     own traceback of the same exception is silenced. Set here because Prefect configures its loggers at flow start.
