@@ -1441,8 +1441,9 @@ def test_a_ray_sweep_gives_its_trials_the_data_hash_and_writes_the_results_ray_r
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """ray_backend.run without a Ray cluster: Tuner, with_parameters (which needs Ray's object store) and
-    with_resources faked; the trials are ray_backend.trial itself, on training that logs two evaluations."""
-    import ray
+    with_resources faked; the trials are ray_backend.trial itself, on training that logs two evaluations. Ray is an
+    optional extra (README line 2 does not install it; `scripts/test.sh --slow` and bench/mutation.sh's venv do)."""
+    ray = pytest.importorskip("ray", reason="tune.backend ray is an optional extra: pip install -e '.[ray]'")
     from ray import tune as ray_tune
 
     from trainflow.fingerprint import data_hash
