@@ -16,7 +16,9 @@ what to change.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import csv
+import dataclasses
 import glob
 import io
 import json
@@ -33,10 +35,12 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pv
+import pyarrow.feather as feather
 import pyarrow.json as pj
 import pyarrow.parquet as pq
 
 from trainflow.data.schema import NA_VALUES
+from trainflow.data.spill import SpilledFrame, read_column
 from trainflow.errors import DataError
 from trainflow.params import BUILTIN_DATASETS, GLOB_CHARS, DataParams
 
@@ -124,8 +128,11 @@ class RawTable:
         return out
 
 
-def read_source(d: DataParams, root: Path) -> RawTable:
-    """The raw table named by `d.source`: builtin:<name>, or a file, glob or directory relative to `root`."""
+def read_source(d: DataParams, root: Path, spill: Path | None = None) -> RawTable:
+    """The raw table named by `d.source`: builtin:<name>, or a file, glob or directory relative to `root`.
+
+    `spill`: a folder for a table too big for data.memory_budget_mb (csv, tsv, parquet), which is then read into
+    Parquet files there and returned as a `SpilledFrame` read a column at a time (the notes say which was chosen)."""
     if d.source.startswith("builtin:"):
         return _read_builtin(d.source)
     folder = _image_folder(d.source, root)
@@ -147,8 +154,13 @@ def read_source(d: DataParams, root: Path) -> RawTable:
             f"data.header/data.columns apply to csv and tsv files, but {_shown(files[0], root)} is {fmt}; "
             "remove them (its column names come from the file)"
         )
-    tables: list[pa.Table] = []
     notes: list[str] = []
+    if spill is not None and fmt in STREAMED_FORMATS:
+        streamed, why = _stream_choice(files, fmt, d)
+        notes.append(why)
+        if streamed:
+            return _spill_source(d, root, files, fmt, delimiter, spill, notes)
+    tables: list[pa.Table] = []
     for path in files:
         shown = _shown(path, root)
         if fmt in ("csv", "tsv"):
@@ -173,16 +185,80 @@ def read_source(d: DataParams, root: Path) -> RawTable:
     frame = _to_pandas(table)
     del table
     pa.default_memory_pool().release_unused()  # the Arrow buffers to_pandas freed: for numpy/pandas to reuse
+    raw = _raw_table(frame, d, files, counts, fmt, root, delimiter, notes)
+    if d.image_column is not None:
+        read_images(raw, d.image_column)
+    return raw
+
+
+def _raw_table(
+    frame: Any, d: DataParams, files: list[Path], counts: list[int], fmt: str, root: Path, delimiter: str,
+    notes: list[str],
+) -> RawTable:  # fmt: skip
     file_index = np.repeat(np.arange(len(files), dtype=np.int32), counts)
     record = (
         np.arange(counts[0], dtype=np.int64)
         if len(counts) == 1
         else np.concatenate([np.arange(c, dtype=np.int64) for c in counts])
     )
-    raw = RawTable(frame, d.source, files, file_index, record, fmt, root, delimiter, d.encoding, d.header, notes=notes)
+    return RawTable(frame, d.source, files, file_index, record, fmt, root, delimiter, d.encoding, d.header, notes=notes)
+
+
+def _stream_choice(files: list[Path], fmt: str, d: DataParams) -> tuple[bool, str]:
+    """Whether ingest reads the source in chunks: when about MEMORY_PER_BYTE times its size (Parquet: its data
+    uncompressed) is over data.memory_budget_mb."""
+    from trainflow.data.stream import budget_mb
+
+    if fmt == "parquet":
+        size = 0
+        for path in files:
+            with contextlib.suppress(pa.ArrowException, OSError, ValueError):  # an unreadable one is reported later
+                meta = pq.ParquetFile(path).metadata
+                size += sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    else:
+        size = sum(p.stat().st_size for p in files)
+    need, budget = MEMORY_PER_BYTE * size / 2**20, budget_mb(d)
+    count = f"{len(files)} file{'s' if len(files) != 1 else ''}"
+    what = f"{count} of {size / 2**20:,.1f} MiB, about {need:,.0f} MiB in memory"
+    if need <= budget:
+        return False, f"read into memory ({what}; data.memory_budget_mb {budget:,.0f})"
+    return True, f"read a column at a time from a spill on disk ({what}, over data.memory_budget_mb {budget:,.0f})"
+
+
+def _spill_source(
+    d: DataParams, root: Path, files: list[Path], fmt: str, delimiter: str, folder: Path, notes: list[str]
+) -> RawTable:
     if d.image_column is not None:
-        read_images(raw, d.image_column)
-    return raw
+        raise DataError(
+            f"data.image_column: a table of image paths is read into memory; raise data.memory_budget_mb (the "
+            f"source {d.source} is over it)"
+        )
+    folder.mkdir(parents=True, exist_ok=True)
+    spilled: list[_SpilledFile] = []
+    for f, path in enumerate(files):
+        shown = _shown(path, root)
+        if fmt == "parquet":
+            one = _parquet_parts(path, shown)
+        else:
+            one = _spill_csv(path, shown, fmt, delimiter, d, folder, f)
+            if one.index:
+                notes.append(
+                    f"{shown}: dropped its first column: it has no header and holds a different integer in every "
+                    "row, the index pandas' to_csv writes by default (row labels, not data)"
+                )
+        if one.rows == 0:
+            what = "a header line but no rows" if fmt in ("csv", "tsv") and d.header else "no rows"
+            raise DataError(f"data.source: {shown} has {what}; fill it, or remove it from data.source")
+        if spilled and one.columns != spilled[0].columns:
+            _check_same_columns(spilled[0].columns, one.columns, files, f, root)
+        spilled.append(one)
+    names = spilled[0].columns
+    types = {n: _common_type(n, [one.types[n] for one in spilled]) for n in names}
+    replaced = {(f, n): p for f, one in enumerate(spilled) for n, p in one.replaced.items()}
+    shown_files = [_shown(p, root) for p in files]
+    rows = sum(one.rows for one in spilled)
+    frame = SpilledFrame(folder, [one.parts for one in spilled], names, types, replaced, rows, shown_files)
+    return _raw_table(frame, d, files, [one.rows for one in spilled], fmt, root, delimiter, notes)
 
 
 # --- where the data is ------------------------------------------------------------------------------------------
@@ -276,8 +352,17 @@ def _read_builtin(source: str) -> RawTable:
     return RawTable(frame, source, [], np.zeros(n, dtype=np.int32), np.arange(n, dtype=np.int64), "builtin")
 
 
-def _read_csv(path: Path, shown: str, fmt: str, delimiter: str, d: DataParams) -> tuple[pa.Table, bool]:
-    """The file's table, and whether its first column was a pandas index (dropped)."""
+@dataclass
+class _CsvOptions:
+    """How a csv/tsv file is parsed (the same for a whole file and for each chunk of a streamed one)."""
+
+    read: pv.ReadOptions
+    parse: pv.ParseOptions
+    convert: pv.ConvertOptions
+    quoted: bool
+
+
+def _csv_options(path: Path, fmt: str, delimiter: str, d: DataParams) -> _CsvOptions:
     names = list(d.columns) if d.columns is not None else None
     if names is not None:
         _check_unique(names, "data.columns names")  # "data.columns names 'a' more than once"
@@ -297,9 +382,16 @@ def _read_csv(path: Path, shown: str, fmt: str, delimiter: str, d: DataParams) -
     convert_options = pv.ConvertOptions(
         null_values=NA_VALUES, strings_can_be_null=True, quoted_strings_can_be_null=True
     )
+    return _CsvOptions(read_options, parse_options, convert_options, quoted)
+
+
+def _parse_csv(
+    source: Any, options: _CsvOptions, path: Path, shown: str, fmt: str, delimiter: str, d: DataParams
+) -> pa.Table:
+    """pyarrow's read of `source` (the file, or a chunk of it), with its problems as DataErrors naming the file."""
     try:
         table = pv.read_csv(
-            path, read_options=read_options, parse_options=parse_options, convert_options=convert_options
+            source, read_options=options.read, parse_options=options.parse, convert_options=options.convert
         )
         table.schema.names  # noqa: B018 -- a header that is not UTF-8 fails here, when names are decoded
     except (pa.ArrowException, ValueError) as exc:  # ArrowInvalid (a ValueError), UnicodeDecodeError
@@ -311,6 +403,13 @@ def _read_csv(path: Path, shown: str, fmt: str, delimiter: str, d: DataParams) -
         raise _decode_error(path, shown, delimiter, d) or DataError(
             f"data.source: {shown} has values that are not valid {d.encoding}; set data.encoding to the file's encoding"
         )
+    return table
+
+
+def _read_csv(path: Path, shown: str, fmt: str, delimiter: str, d: DataParams) -> tuple[pa.Table, bool]:
+    """The file's table, and whether its first column was a pandas index (dropped)."""
+    table = _parse_csv(path, _csv_options(path, fmt, delimiter, d), path, shown, fmt, delimiter, d)
+    names = list(d.columns) if d.columns is not None else None
     index = False
     if not d.header and names is None:
         table = table.rename_columns([f"column_{i + 1}" for i in range(table.num_columns)])
@@ -334,17 +433,166 @@ def _pandas_index(table: pa.Table) -> bool:
     fewer after a filter). Such row labels would become a feature, and one that follows the row order."""
     if table.num_columns < 2 or table.column_names[0] != "":
         return False
-    column = table.column(0)
+    return _all_distinct_integers(table.column(0))
+
+
+def _all_distinct_integers(column: pa.ChunkedArray) -> bool:
     return (
-        pa.types.is_integer(column.type)
-        and column.null_count == 0
-        and pc.count_distinct(column).as_py() == table.num_rows
+        pa.types.is_integer(column.type) and column.null_count == 0 and pc.count_distinct(column).as_py() == len(column)
     )
 
 
-def _check_closed_quotes(table: pa.Table, path: Path, shown: str, delimiter: str, d: DataParams) -> None:
+# --- a file bigger than the data memory budget: read in chunks into a spill (see trainflow.data.spill) ----------
+
+CHUNK_BYTES = 64 << 20  # a streamed csv/tsv file is parsed this many bytes (whole records) at a time
+STREAMED_FORMATS = ("csv", "tsv", "parquet")
+MEMORY_PER_BYTE = 3  # a table in memory takes about this many times its csv bytes at the peak of ingest
+
+
+def _record_ranges(path: Path, quoted: bool, chunk_bytes: int) -> Iterator[tuple[int, int]]:
+    """Byte ranges [start, end) that cover the file in order, each ending after a line break outside quotes (a
+    record boundary: an even number of quote characters before it, as `""` escapes a quote inside quotes)."""
+    size = path.stat().st_size
+    start = 0
+    with path.open("rb") as f:
+        while start < size:
+            f.seek(start)
+            data = f.read(chunk_bytes)
+            if start + len(data) >= size:
+                yield start, size
+                return
+            end = data.rfind(b"\n")
+            while end >= 0 and quoted and data.count(b'"', 0, end) % 2:
+                end = data.rfind(b"\n", 0, end)
+            if end < 0:  # a record longer than the chunk: read a longer one
+                chunk_bytes *= 2
+                continue
+            yield start, start + end + 1
+            start += end + 1
+
+
+def _read_range(path: Path, start: int, end: int) -> pa.BufferReader:
+    with path.open("rb") as f:
+        f.seek(start)
+        return pa.BufferReader(f.read(end - start))
+
+
+@dataclass
+class _SpilledFile:
+    parts: list[Path]
+    columns: list[str]  # as the frame names them (an index column left out)
+    types: dict[str, pa.DataType]
+    replaced: dict[str, Path]  # column -> a file of it typed over the whole file (its chunks disagreed)
+    rows: int
+    index: bool = False
+
+
+def _spill_csv(path: Path, shown: str, fmt: str, delimiter: str, d: DataParams, folder: Path, f: int) -> _SpilledFile:
+    """The file parsed CHUNK_BYTES at a time into Parquet files of its rows, typed as one pyarrow read of the whole
+    file types them: where the chunks' inferred types disagree, that column is typed again over the whole file."""
+    options = _csv_options(path, fmt, delimiter, d)
+    ranges = list(_record_ranges(path, options.quoted, CHUNK_BYTES))
+    parts: list[Path] = []
+    types: list[dict[str, pa.DataType]] = []
+    rows, raw = 0, list[str]()
+    fixed: list[str] = []
+    table = pa.table({})
+    for k, (start, end) in enumerate(ranges):
+        opts = options
+        if k:  # later chunks have no header: the first chunk's names
+            opts = dataclasses.replace(options, read=_later_chunk(options.read, raw))
+        table = _parse_csv(_read_range(path, start, end), opts, path, shown, fmt, delimiter, d)
+        if k == 0:
+            raw = table.column_names
+            fixed = _fixed_names(raw, d, path, shown, delimiter)
+        table = table.rename_columns(fixed)
+        parts.append(folder / f"{f}-{k}.arrow")
+        feather.write_feather(table, parts[-1], compression="lz4")
+        types.append(dict(zip(fixed, table.schema.types)))
+        rows += table.num_rows
+    _check_closed_quotes(table, path, shown, delimiter, d, rows - table.num_rows)
+    out = _SpilledFile(parts, list(fixed), {}, {}, rows)
+    for j, name in enumerate(fixed):
+        seen = {t[name] for t in types} - {pa.null()}  # null chunks (all values missing) take any type exactly
+        if len(seen) > 1:
+            out.replaced[name] = folder / f"{f}-column-{j}.arrow"
+            whole = _typed_whole(path, ranges, options, raw, j, name)
+            feather.write_feather(whole, out.replaced[name], compression="lz4")
+            seen = {whole.schema.field(0).type}
+        out.types[name] = seen.pop() if seen else pa.null()
+    if d.header and len(fixed) > 1 and raw[0] == "":
+        where = [out.replaced[fixed[0]]] if fixed[0] in out.replaced else parts
+        first = pa.chunked_array(
+            [c for p in where for c in read_column(p, fixed[0]).cast(out.types[fixed[0]]).chunks],
+            type=out.types[fixed[0]],
+        )
+        out.index = _all_distinct_integers(first)
+        if out.index:
+            out.columns.remove(fixed[0])
+    if not out.index and _repeated(fixed):
+        line = _header_line(path, delimiter, d.encoding)
+        _check_unique(fixed, f"data.source: {shown}, line {line}: the header names")
+    return out
+
+
+def _later_chunk(read: pv.ReadOptions, names: list[str]) -> pv.ReadOptions:
+    return pv.ReadOptions(
+        use_threads=read.use_threads, block_size=read.block_size, encoding=read.encoding, column_names=names
+    )
+
+
+def _fixed_names(raw: list[str], d: DataParams, path: Path, shown: str, delimiter: str) -> list[str]:
+    """The names a streamed file's columns get, as `_read_csv` names them (its index column still among them)."""
+    if not d.header and d.columns is None:
+        return [f"column_{i + 1}" for i in range(len(raw))]
+    if not d.header:
+        return list(raw)
+    fixed = [n if n != "" else f"column_{i + 1}" for i, n in enumerate(raw)]
+    # An unnamed first column may be an index (known once the file is read; then its name is not checked).
+    named = fixed[1:] if raw and raw[0] == "" and len(raw) > 1 else fixed
+    if _repeated(named):
+        line = _header_line(path, delimiter, d.encoding)
+        _check_unique(named, f"data.source: {shown}, line {line}: the header names")
+    return fixed
+
+
+def _typed_whole(
+    path: Path, ranges: list[tuple[int, int]], options: _CsvOptions, raw: list[str], j: int, name: str
+) -> pa.Table:
+    """Column j of the file typed as pyarrow types it over the whole file: its text, read from every chunk, parsed
+    again as one csv column by pyarrow's own inference (values quoted, beside a constant column so that no line is
+    empty, with the same null spellings)."""
+    text: list[pa.Array] = []
+    for k, (start, end) in enumerate(ranges):
+        read = options.read if k == 0 else _later_chunk(options.read, raw)
+        convert = pv.ConvertOptions(
+            null_values=NA_VALUES,
+            strings_can_be_null=True,
+            quoted_strings_can_be_null=True,
+            column_types={raw[j]: pa.string()},
+            include_columns=[raw[j]] if raw[j] else None,
+        )
+        chunk = pv.read_csv(_read_range(path, start, end), read_options=read, parse_options=options.parse,
+                            convert_options=convert)  # fmt: skip
+        text.extend(chunk.column(j if not raw[j] else 0).chunks)
+    values = pa.chunked_array(text, type=pa.string())
+    sink = io.BytesIO()
+    pv.write_csv(pa.table({"k": pa.array(np.zeros(len(values), dtype=np.int8)), "v": values}), sink)
+    again = pv.read_csv(
+        pa.BufferReader(sink.getvalue()),
+        parse_options=pv.ParseOptions(newlines_in_values=True),
+        convert_options=pv.ConvertOptions(null_values=NA_VALUES, strings_can_be_null=True,
+                                          quoted_strings_can_be_null=True, include_columns=["v"]),
+    )  # fmt: skip
+    return pa.table({name: again.column(0)})
+
+
+def _check_closed_quotes(
+    table: pa.Table, path: Path, shown: str, delimiter: str, d: DataParams, first_record: int = 0
+) -> None:
     """pyarrow accepts a quote left open at the end of a file: its value swallows every line after it. Such a value
-    can only be the last one of the file and holds a line break, while the file does not end with a closing quote."""
+    can only be the last one of the file and holds a line break, while the file does not end with a closing quote.
+    `table`: the file's last rows, the first of them its record number `first_record`."""
     if table.num_rows == 0 or table.num_columns == 0:
         return
     last = table.column(table.num_columns - 1)
@@ -358,7 +606,7 @@ def _check_closed_quotes(table: pa.Table, path: Path, shown: str, delimiter: str
         tail = f.read().rstrip(b"\r\n\x00 \t")
     if tail.endswith(b'"'):
         return
-    record = table.num_rows - 1
+    record = first_record + table.num_rows - 1
     line = _csv_record_lines(path, delimiter, d.encoding, d.header, {record}).get(record)
     at = f", line {line}" if line is not None else ""
     raise DataError(
@@ -479,6 +727,19 @@ def _read_parquet(path: Path, shown: str) -> pa.Table:
     if unnamed := unnamed_index(table.schema):  # a pandas index without a name: row labels, not data
         table = table.drop_columns(unnamed)
     return table.replace_schema_metadata(None)
+
+
+def _parquet_parts(path: Path, shown: str) -> _SpilledFile:
+    """A Parquet source file read where it is, a column at a time (as `_read_parquet` reads it whole)."""
+    try:
+        file = pq.ParquetFile(path)
+        schema = file.schema_arrow
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise DataError(f"data.source: {shown} is not a readable Parquet file ({first})") from None
+    unnamed = unnamed_index(schema)
+    columns = [n for n in schema.names if n not in unnamed]
+    return _SpilledFile([path], columns, {n: schema.field(n).type for n in columns}, {}, file.metadata.num_rows)
 
 
 def unnamed_index(schema: pa.Schema) -> list[str]:
@@ -656,17 +917,8 @@ def _concat(tables: list[pa.Table], files: list[Path], root: Path) -> pa.Table:
         return tables[0]
     names = tables[0].column_names
     for i in range(1, len(tables)):
-        other = tables[i].column_names
-        if other != names:
-            missing = [n for n in names if n not in other]
-            extra = [n for n in other if n not in names]
-            if missing or extra or len(other) != len(names):
-                parts = [f"lacks {missing}" if missing else "", f"has extra {extra}" if extra else ""]
-                detail = " and ".join(p for p in parts if p) or "repeats a column name"
-                raise DataError(
-                    f"data.source: {_shown(files[i], root)} has other columns than {_shown(files[0], root)}: it "
-                    f"{detail}; files of one source must have the same columns"
-                )
+        if tables[i].column_names != names:
+            _check_same_columns(names, tables[i].column_names, files, i, root)
             tables[i] = tables[i].select(names)
     for j, name in enumerate(names):
         types = [t.schema.field(j).type for t in tables]
@@ -683,6 +935,19 @@ def _concat(tables: list[pa.Table], files: list[Path], root: Path) -> pa.Table:
                         f"which cannot be combined with the other files' {target} ({exc})"
                     ) from None
     return pa.concat_tables(tables, promote_options="default")
+
+
+def _check_same_columns(names: list[str], other: list[str], files: list[Path], i: int, root: Path) -> None:
+    """File i's columns are file 0's (in any order)."""
+    missing = [n for n in names if n not in other]
+    extra = [n for n in other if n not in names]
+    if missing or extra or len(other) != len(names):
+        parts = [f"lacks {missing}" if missing else "", f"has extra {extra}" if extra else ""]
+        detail = " and ".join(p for p in parts if p) or "repeats a column name"
+        raise DataError(
+            f"data.source: {_shown(files[i], root)} has other columns than {_shown(files[0], root)}: it "
+            f"{detail}; files of one source must have the same columns"
+        )
 
 
 def _common_type(name: str, types: list[pa.DataType]) -> pa.DataType:

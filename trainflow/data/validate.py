@@ -14,6 +14,7 @@ import shlex
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -28,6 +29,7 @@ from pandas.api.types import (
 )
 
 from trainflow.data.schema import ROW_KEY, Kind, Schema
+from trainflow.data.spill import ColumnSpill, SpilledFrame, row_hashes
 from trainflow.errors import DataError
 from trainflow.params import DataParams
 
@@ -70,9 +72,27 @@ class Table(Protocol):
 class _Column:
     name: str
     kind: str  # a Kind, or MISSING_KIND
-    values: Any  # np.ndarray or pandas ExtensionArray, one value per raw row
+    values: Any  # np.ndarray or pandas ExtensionArray, one value per raw row (None once spilled: `get`)
     problem: DataError | None = None  # raised after the drift check, so drift is reported first
     distinct: int | None = None  # categorical: how many distinct values (one per row: an id)
+    id_like: str | None = None  # a feature: why it looks like a row id (`_id_like`)
+    store: ColumnSpill | None = None  # where the values are once spilled
+
+    def spill(self, store: ColumnSpill) -> None:
+        """Write the values to `store` and let go of them (a table bigger than memory: one column at a time)."""
+        store.put(self.name, _series(self.values))
+        self.values, self.store = None, store
+
+    def get(self) -> Any:
+        """The values, read back from the spill when they are there (the same array type, dtype and values)."""
+        if self.store is None:
+            return self.values
+        s = self.store.series(self.name)
+        if self.kind == "boolean":
+            return pd.array(s, dtype="boolean")
+        if self.kind in ("categorical", "text", "image", MISSING_KIND) and not is_numeric_dtype(s.dtype):
+            return s.to_numpy(dtype=object, na_value=None)
+        return s.to_numpy()
 
 
 @dataclass
@@ -87,28 +107,43 @@ class _Target:
     missing: np.ndarray | None = None  # rows without a target value, to drop (data.missing_target: drop)
 
 
-def infer_schema(table: Table, d: DataParams, previous: Schema | None = None) -> tuple[Schema, pd.DataFrame]:
+def infer_schema(
+    table: Table, d: DataParams, previous: Schema | None = None
+) -> tuple[Schema, pd.DataFrame | SpilledTable]:
     """The schema of `table` under `d`, checked against `previous` (the schema the current model was trained on), and
-    the table typed by it with rows dropped as `d` says. Raises DataError naming file, line and column."""
+    the table typed by it with rows dropped as `d` says. Raises DataError naming file, line and column.
+
+    A table read a column at a time (`spill.SpilledFrame`) is typed a column at a time by the same code, each typed
+    column written to a spill beside it, and returned as a `SpilledTable` that writes the same Parquet file."""
     frame = table.frame
+    store = ColumnSpill(frame.folder / "typed") if isinstance(frame, SpilledFrame) else None
     columns = _check_columns(table, d)
     image: str | None = getattr(table, "image_column", None)
     features = _features(table, d, columns, image)
-    cols = [_column(table, d, columns[c]) for c in features]
+    n = len(frame)
+    cols = []
+    for c in features:
+        col = _column(table, d, columns[c])
+        col.id_like = _id_like(col, n) if col.problem is None else None
+        cols.append(col)
+        if store is not None:
+            col.spill(store)
     if d.text_column is not None:
         cols.append(_text(table, d.text_column, columns[d.text_column]))
     if image is not None:  # the reader checked every image: each is a decodable file's bytes
         cols.append(_Column(image, "image", frame[columns[image]].to_numpy(dtype=object)))
+    if store is not None:
+        for col in cols[len(features) :]:
+            col.spill(store)
     kinds = {c.name: c.kind for c in cols}
     if previous is not None:
         _check_drift(table, d, previous, features, kinds, columns)
     for col in cols:
         if col.problem is not None:
             raise col.problem
-    _warn_of_ids(d, [c for c in cols if c.name in features], len(frame))
+    _warn_of_ids(d, [c for c in cols if c.name in features])
     target = _target(table, d, columns[d.target], previous)
 
-    n = len(frame)
     keep: np.ndarray | None = None  # None = every row
     dropped: dict[str, int] = {}
     if target.missing is not None:
@@ -120,19 +155,33 @@ def infer_schema(table: Table, d: DataParams, previous: Schema | None = None) ->
     if d.missing != "impute":
         keep = _missing(table, d, cols, keep, dropped)
 
-    # no copies: float64 columns of the raw table are shared, object arrays stay object (pandas would make them "str")
-    data = {c.name: _series(c.values) for c in cols}
-    data[d.target] = _series(target.values)
-    out = pd.DataFrame(data, copy=False)
-    if d.duplicates != "keep":
-        keep = _duplicates(table, d, out, keep, dropped)
     # The other columns travel along as read (a model trained on them earlier reads them with its own
     # preprocessing), and every row gets the key of its raw values, which no typing or column choice changes.
-    carried = [c for c in columns if c not in data]
-    out = out.assign(**{c: _carried(frame[columns[c]]) for c in carried}, **{ROW_KEY: raw_row_keys(frame)})
-    if keep is not None and not keep.all():
-        out = out[keep].reset_index(drop=True)
-    n_rows = len(out)
+    carried = [c for c in columns if c not in {*(c.name for c in cols), d.target}]
+    out: pd.DataFrame | SpilledTable
+    if store is None:
+        # no copies: float64 columns of the raw table are shared, object arrays stay object (pandas would make them
+        # "str")
+        data = {c.name: _series(c.values) for c in cols}
+        data[d.target] = _series(target.values)
+        out = pd.DataFrame(data, copy=False)
+        if d.duplicates != "keep":
+            keep = _duplicates(table, d, _FrameColumns(out), keep, dropped)
+        out = out.assign(**{c: _carried(frame[columns[c]]) for c in carried}, **{ROW_KEY: raw_row_keys(frame)})
+        if keep is not None and not keep.all():
+            out = out[keep].reset_index(drop=True)
+        n_rows = len(out)
+    else:
+        store.put(d.target, _series(target.values))
+        target_values, target.values = target.values, None
+        if d.duplicates != "keep":
+            keep = _duplicates(table, d, _SpillColumns(store, [*(c.name for c in cols), d.target]), keep, dropped)
+        for c in carried:
+            store.put(c, _carried(frame[columns[c]]))
+        store.put(ROW_KEY, raw_row_keys(frame))
+        out = SpilledTable(store, [*(c.name for c in cols), d.target, *carried, ROW_KEY], keep)
+        n_rows = n if keep is None else int(keep.sum())
+        target.values = target_values
     if n_rows == 0:
         reasons = ", ".join(f"{k}: {v}" for k, v in dropped.items())
         raise DataError(
@@ -162,6 +211,45 @@ def infer_schema(table: Table, d: DataParams, previous: Schema | None = None) ->
     )
 
 
+@dataclass
+class SpilledTable:
+    """The typed table of a spilled ingest: its columns in `store`, the rows where `keep` (all when None)."""
+
+    store: ColumnSpill
+    names: list[str]
+    keep: np.ndarray | None
+
+    def to_parquet(self, dest: Path) -> None:
+        """The Parquet file pd.DataFrame.to_parquet(dest, index=False) writes of the in-memory table."""
+        self.store.write_table(dest, self.names, self.keep)
+
+
+class _FrameColumns:
+    """The columns the duplicate check reads: of a frame in memory ..."""
+
+    def __init__(self, frame: pd.DataFrame) -> None:
+        self.frame, self.names = frame, list(frame.columns)
+
+    def series(self, name: str) -> pd.Series:
+        return self.frame[name]
+
+    def take(self, rows: np.ndarray) -> pd.DataFrame:
+        return self.frame.take(rows)
+
+
+class _SpillColumns:
+    """... or of a spill, read a column at a time."""
+
+    def __init__(self, store: ColumnSpill, names: list[str]) -> None:
+        self.store, self.names = store, names
+
+    def series(self, name: str) -> pd.Series:
+        return self.store.series(name)
+
+    def take(self, rows: np.ndarray) -> pd.DataFrame:
+        return self.store.take(rows, self.names)
+
+
 def schema_params(d: DataParams) -> dict[str, Any]:
     """The data params a schema follows from: a previous schema is the baseline for drift only under the same ones.
     (What happens to rows — missing values, duplicates, unseen labels — does not change the schema, nor does where
@@ -169,14 +257,16 @@ def schema_params(d: DataParams) -> dict[str, Any]:
     return d.model_dump(exclude={"missing", "missing_target", "duplicates", "unseen_labels", "memory_budget_mb"})
 
 
-def raw_row_keys(frame: pd.DataFrame) -> np.ndarray:
+def raw_row_keys(frame: pd.DataFrame | SpilledFrame) -> np.ndarray:
     """A 64-bit hash (uint64) of each raw row, all columns as read: the row's identity for the split, whatever
-    columns are features, which is the target, how they are typed."""
+    columns are features, which is the target, how they are typed. (pandas' hash of the frame, computed a column at a
+    time: the same numbers for a frame in memory and a spilled one.)"""
+    names = list(frame.columns)
     try:
-        return pd.util.hash_pandas_object(frame, index=False).to_numpy(dtype=np.uint64)
+        return row_hashes((frame[c] for c in names), len(names))
     except TypeError:  # unhashable values (lists or objects from JSON): hash those columns as text
-        safe = {c: frame[c].astype(str) if is_object_dtype(frame[c].dtype) else frame[c] for c in frame.columns}
-        return pd.util.hash_pandas_object(pd.DataFrame(safe), index=False).to_numpy(dtype=np.uint64)
+        safe = (frame[c].astype(str) if is_object_dtype(frame[c].dtype) else frame[c] for c in names)
+        return row_hashes(safe, len(names))
 
 
 def _carried(s: pd.Series) -> pd.Series:
@@ -313,9 +403,9 @@ def _id_like(col: _Column, n: int) -> str | None:
     return None
 
 
-def _warn_of_ids(d: DataParams, cols: list[_Column], n: int) -> None:
+def _warn_of_ids(d: DataParams, cols: list[_Column]) -> None:
     """A warning, not an error: a unique code can be a real feature (a zip code), which only the user knows."""
-    found = {c.name: why for c in cols if (why := _id_like(c, n))}
+    found = {c.name: c.id_like for c in cols if c.id_like}
     if not found:
         return
     if d.features is not None:
@@ -810,15 +900,16 @@ def _missing(
     table: Table, d: DataParams, cols: list[_Column], keep: np.ndarray | None, dropped: dict[str, int]
 ) -> np.ndarray | None:
     """data.missing drop/error: rows with a missing feature (or text) value."""
-    masks = [np.asarray(pd.isna(c.values), dtype=bool) for c in cols]
-    if not masks:
+    if not cols:
         return keep
-    missing = np.logical_or.reduce(masks) if len(masks) > 1 else masks[0]
+    missing = np.zeros(len(table.frame), dtype=bool)
+    for c in cols:  # one column's values at a time
+        missing |= np.asarray(pd.isna(c.get()), dtype=bool)
     if keep is not None:
         missing = missing & keep
     if d.missing == "error" and missing.any():
         row = int(np.argmax(missing))
-        column = next(c.name for c, m in zip(cols, masks) if m[row])
+        column = next(c.name for c in cols if pd.isna(c.get()[row]))
         count = int(missing.sum())
         raise _at(
             table,
@@ -832,18 +923,32 @@ def _missing(
     return ~missing if keep is None else keep & ~missing
 
 
+class _Columns(Protocol):
+    """The typed columns the duplicate check reads, one at a time (`_FrameColumns`, `_SpillColumns`)."""
+
+    names: list[str]
+
+    def series(self, name: str) -> pd.Series: ...
+
+    def take(self, rows: np.ndarray) -> pd.DataFrame: ...
+
+
+def _hashes(out: _Columns) -> np.ndarray:
+    return row_hashes((out.series(n) for n in out.names), len(out.names))
+
+
 def _duplicates(
-    table: Table, d: DataParams, out: pd.DataFrame, keep: np.ndarray | None, dropped: dict[str, int]
+    table: Table, d: DataParams, out: _Columns, keep: np.ndarray | None, dropped: dict[str, int]
 ) -> np.ndarray | None:
     """data.duplicates drop/error: rows equal to an earlier row over the kept columns."""
-    dup = _duplicated(out)
+    hashes = _hashes(out)
+    dup = _duplicated(out, hashes)
     if keep is not None:
         dup = dup & keep  # identical rows share the other drop decisions, so the earlier one is kept too
     if d.duplicates == "error" and dup.any():
         row = int(np.argmax(dup))
-        hashes = pd.util.hash_pandas_object(out, index=False).to_numpy()
         same = np.flatnonzero(hashes[:row] == hashes[row])
-        earlier = next(int(j) for j in same if out.iloc[[int(j), row]].duplicated().iloc[1])
+        earlier = next(int(j) for j in same if out.take(np.array([int(j), row])).duplicated().iloc[1])
         count = int(dup.sum())
         raise DataError(
             f"data.source: {table.where(row)}: the row duplicates {table.where(earlier)} "
@@ -854,11 +959,10 @@ def _duplicates(
     return ~dup if keep is None else keep & ~dup
 
 
-def _duplicated(out: pd.DataFrame) -> np.ndarray:
+def _duplicated(out: _Columns, hashes: np.ndarray) -> np.ndarray:
     """DataFrame.duplicated(keep="first"), fast: one hash per row, then the exact check on rows whose hash repeats."""
-    hashes = pd.util.hash_pandas_object(out, index=False).to_numpy()
     repeated = pd.Series(hashes).duplicated().to_numpy()
-    dup = np.zeros(len(out), dtype=bool)
+    dup = np.zeros(len(hashes), dtype=bool)
     if repeated.any():
         rows = np.flatnonzero(np.isin(hashes, hashes[repeated]))
         dup[rows] = out.take(rows).duplicated().to_numpy()

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import shutil
 import sys
 from typing import Any
+
+import pandas as pd
 
 from trainflow import why
 from trainflow.data.schema import Schema
@@ -36,12 +39,13 @@ def previous_schema(paths: Paths, d: DataParams) -> Schema | None:
     return previous
 
 
+SPILL = ".spill"  # in the new data/processed while ingest writes it
+
+
 def sources(table: RawTable) -> dict[str, Any]:
     """What ingest read, per file: rows and content hash (data/processed/sources.json; trainflow.why compares it
     with the champion's). A builtin set is one entry, hashed from its rows."""
     if not table.files:
-        import pandas as pd
-
         digest = hashlib.sha256(pd.util.hash_pandas_object(table.frame, index=False).to_numpy().tobytes())
         return {table.source: {"rows": len(table.frame), "sha256": digest.hexdigest()}}
     shown = [table.shown(i) for i in range(len(table.files))]
@@ -54,13 +58,20 @@ def run(params: PipelineParams, paths: Paths, accept_schema: bool = False) -> di
     d = params.data
     if outside := source_outside(d.source, paths.root):  # load_params refuses it; params built otherwise meet it here
         raise ParamsError(str(paths.params), [("data.source", outside)])
-    table = read_source(d, paths.root)
-    for note in table.notes:
-        print(f"ingest: {note}", file=sys.stderr)
     previous = None if accept_schema else previous_schema(paths, d)
-    schema, frame = infer_schema(table, d, previous)
     with atomic_dir(paths.processed) as tmp:
-        frame.to_parquet(tmp / paths.table.name, index=False)
+        # A source over data.memory_budget_mb is read into a spill in the new directory (removed before it is swapped
+        # in; on an error, with it): the old processed data stays as it was until the new one is whole.
+        spill = tmp / SPILL
+        table = read_source(d, paths.root, spill=spill)
+        for note in table.notes:
+            print(f"ingest: {note}", file=sys.stderr)
+        schema, frame = infer_schema(table, d, previous)
+        if isinstance(frame, pd.DataFrame):
+            frame.to_parquet(tmp / paths.table.name, index=False)
+        else:
+            frame.to_parquet(tmp / paths.table.name)
+        shutil.rmtree(spill, ignore_errors=True)
         write_json(tmp / paths.schema.name, schema.to_json())
         write_json(tmp / why.SOURCES, sources(table))
     print(f"ingest: task {schema.task}: {schema.task_reason}", file=sys.stderr)

@@ -1,0 +1,154 @@
+"""Ingest of a source bigger than the data memory budget: a table on disk, read and written a column at a time.
+
+Ingest's checks decide each column's kind from the whole column (a share of numbers, the distinct values, a row
+order), so a stream of row batches would need every check rewritten over summaries, and two versions of each to
+agree. Instead the big source is read into a spill of typed Parquet chunks (`sources.spill_source`), and the same
+checks run on one whole column at a time (`SpilledFrame`): each column is typed by the same code on the same values,
+so the processed table is the one the in-memory path writes, value for value and dtype for dtype. A converted column
+goes to an Arrow IPC file of record batches (`ColumnSpill`) until the table is written (`write_table`), a batch of
+rows of every column at a time.
+
+Peak memory: a few copies of one column (the raw values, the typed values, their 64-bit row hashes), not the table.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.feather as feather
+import pyarrow.parquet as pq
+from pandas.core.util.hashing import combine_hash_arrays
+
+from trainflow.errors import DataError
+
+BATCH_ROWS = 1 << 20  # rows per record batch of a spilled column, and per row group of the written table
+
+
+def read_column(path: Path, name: str) -> pa.ChunkedArray:
+    """One column of a spilled chunk (Arrow IPC, whose types are kept exactly: Parquet has no seconds timestamps) or
+    of a Parquet source file."""
+    if path.suffix == ".arrow":
+        return feather.read_table(path, columns=[name], memory_map=False).column(0)
+    return pq.read_table(path, columns=[name]).column(0)
+
+
+def to_pandas(table: pa.Table) -> pd.DataFrame:
+    """A raw Arrow table as the reader converts it (sources._to_pandas does the same for a whole table)."""
+    frame = table.to_pandas(split_blocks=True, self_destruct=True, date_as_object=False)
+    frame.columns = [str(c) for c in frame.columns]
+    return frame
+
+
+class SpilledFrame:
+    """A raw table held as Parquet files on disk, read one column at a time: what validate reads of a frame
+    (`columns`, `shape`, `len`, `[name]`). `parts[f]` are file f's chunk files in row order; `replaced[(f, name)]` a
+    single-column file that holds that file's column instead (typed over the whole file); `types[name]` the type the
+    column has over every file (a file's chunks are cast to it, as the in-memory reader casts whole files);
+    `shown[f]`: file f as messages name it; `folder`: the spill, where ingest writes the typed columns too."""
+
+    def __init__(
+        self,
+        folder: Path,
+        parts: list[list[Path]],
+        columns: list[str],
+        types: dict[str, pa.DataType],
+        replaced: dict[tuple[int, str], Path],
+        rows: int,
+        shown: list[str],
+    ) -> None:
+        self.folder, self.parts, self.columns, self.types = folder, parts, columns, types
+        self.replaced, self.shown = replaced, shown
+        self.shape = (rows, len(columns))
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def arrow(self, name: str) -> pa.ChunkedArray:
+        """The column over every file, as Arrow."""
+        chunks: list[pa.Array] = []
+        for f, files in enumerate(self.parts):
+            for path in [self.replaced[(f, name)]] if (f, name) in self.replaced else files:
+                column = read_column(path, name)
+                if column.type != self.types[name]:
+                    try:
+                        column = column.cast(self.types[name])
+                    except (pa.ArrowException, ValueError) as exc:
+                        raise DataError(
+                            f"data.source: column {name!r} of {self.shown[f]} is {column.type}, which cannot be "
+                            f"combined with the other files' {self.types[name]} ({exc})"
+                        ) from None
+                chunks.extend(column.chunks)
+        return pa.chunked_array(chunks, type=self.types[name])
+
+    def __getitem__(self, name: str) -> pd.Series:
+        return to_pandas(pa.table({name: self.arrow(name)}))[name]
+
+
+def row_hashes(columns: Iterable[pd.Series], count: int) -> np.ndarray:
+    """pd.util.hash_pandas_object(frame, index=False) of the frame of these columns, reading one at a time: pandas'
+    own combination of its per-column hashes, fed lazily."""
+    hashes = (pd.util.hash_pandas_object(s, index=False).to_numpy(dtype=np.uint64) for s in columns)
+    return np.asarray(combine_hash_arrays(hashes, count), dtype=np.uint64)
+
+
+class ColumnSpill:
+    """Typed columns written to Arrow IPC files in `folder`, each as pandas' to_parquet would convert it, then read
+    back whole (`series`) or a batch of rows of every column at a time (`write_table`)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+        self.names: list[str] = []
+
+    def _path(self, name: str) -> Path:
+        return self.folder / f"{self.names.index(name)}.arrow"
+
+    def put(self, name: str, values: Any) -> None:
+        series = values if isinstance(values, pd.Series) else pd.Series(values, copy=False)
+        table = pa.Table.from_pandas(series.to_frame(name), preserve_index=False)
+        if name not in self.names:
+            self.names.append(name)
+        with pa.OSFile(str(self._path(name)), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+            for lo in range(0, table.num_rows, BATCH_ROWS):  # one batch per BATCH_ROWS rows in every column
+                writer.write_table(table.slice(lo, BATCH_ROWS).combine_chunks())
+
+    def _reader(self, name: str) -> pa.ipc.RecordBatchFileReader:
+        return pa.ipc.open_file(pa.OSFile(str(self._path(name)), "rb"))
+
+    def series(self, name: str) -> pd.Series:
+        """The column as it was put (dtype and values, through its pandas metadata)."""
+        return self._reader(name).read_all().to_pandas()[name]
+
+    def take(self, rows: np.ndarray, names: list[str]) -> pd.DataFrame:
+        """These rows of these columns, as a frame (index 0..len-1)."""
+        return pd.DataFrame({n: self.series(n).take(rows).reset_index(drop=True) for n in names})
+
+    def write_table(self, dest: Path, names: list[str], keep: np.ndarray | None) -> int:
+        """Write columns `names` as one Parquet file, the rows where `keep` (all when None), a batch at a time; read
+        back by pd.read_parquet as the in-memory frame of these columns written with to_parquet(index=False).
+        Returns the rows written."""
+        readers = [self._reader(n) for n in names]
+        schemas = [r.schema for r in readers]
+        meta = [json.loads(s.metadata[b"pandas"]) for s in schemas]
+        pandas_meta = dict(meta[0], columns=[m["columns"][0] for m in meta])
+        schema = pa.schema([s.field(0) for s in schemas], metadata={b"pandas": json.dumps(pandas_meta).encode()})
+        written = 0
+        with pq.ParquetWriter(dest, schema) as writer:
+            lo = 0
+            for i in range(readers[0].num_record_batches):
+                batches = [r.get_batch(i) for r in readers]
+                n = batches[0].num_rows
+                table = pa.Table.from_arrays([b.column(0) for b in batches], schema=schema)
+                if keep is not None:
+                    table = table.filter(pa.array(keep[lo : lo + n]))
+                lo += n
+                if table.num_rows:
+                    writer.write_table(table)
+                    written += table.num_rows
+        return written
