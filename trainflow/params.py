@@ -97,11 +97,13 @@ class DataParams(Section):
     memory_budget_mb: float | None = Field(
         None,
         gt=0,
-        description="Memory (MiB) the data of a stage may take; null = a quarter of this machine's memory. Splits "
-        "bigger than it are streamed, so far for tables: train fits the preprocessing column by column and reads the "
-        "preprocessed rows from a memory-mapped file (models/.streamed/), and evaluate scores the test split a block "
-        "of whole batches at a time, with the same statistics, sample order, weights and metrics as in memory. It "
-        "changes where data is held, never the model. "
+        description="Memory (MiB) the data of a stage may take; null = a quarter of this machine's memory. Data "
+        "bigger than it is streamed, so far for tables: ingest parses a csv/tsv/parquet source in chunks into a spill "
+        "and types it a column at a time, split assigns and writes rows a block at a time, train fits the "
+        "preprocessing column by column and reads the preprocessed rows from a memory-mapped file "
+        "(models/.streamed/), and evaluate scores the test split a block of whole batches at a time, with the same "
+        "table, statistics, sample order, weights and metrics as in memory. It changes where data is held, never the "
+        "model. "
         "train.memory_budget_mb bounds the model's memory (batch_size auto), not the data's.",
     )
 

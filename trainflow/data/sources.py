@@ -449,26 +449,27 @@ STREAMED_FORMATS = ("csv", "tsv", "parquet")
 MEMORY_PER_BYTE = 3  # a table in memory takes about this many times its csv bytes at the peak of ingest
 
 
-def _record_ranges(path: Path, quoted: bool, chunk_bytes: int) -> Iterator[tuple[int, int]]:
-    """Byte ranges [start, end) that cover the file in order, each ending after a line break outside quotes (a
-    record boundary: an even number of quote characters before it, as `""` escapes a quote inside quotes)."""
-    size = path.stat().st_size
-    start = 0
+def _record_chunks(path: Path, quoted: bool, chunk_bytes: int) -> Iterator[tuple[int, memoryview]]:
+    """(offset, bytes): the file in order, read once, in pieces of about `chunk_bytes` that each end after a line
+    break outside quotes (a record boundary: an even number of quote characters before it, as `""` escapes a quote
+    inside quotes). A record longer than a piece makes the piece longer."""
+    start, rest = 0, b""
     with path.open("rb") as f:
-        while start < size:
-            f.seek(start)
-            data = f.read(chunk_bytes)
-            if start + len(data) >= size:
-                yield start, size
+        while True:
+            more = f.read(max(chunk_bytes - len(rest), 1))
+            data = rest + more
+            if not more:
+                if data:
+                    yield start, memoryview(data)
                 return
             end = data.rfind(b"\n")
             while end >= 0 and quoted and data.count(b'"', 0, end) % 2:
                 end = data.rfind(b"\n", 0, end)
-            if end < 0:  # a record longer than the chunk: read a longer one
-                chunk_bytes *= 2
+            if end < 0:  # no record ends in it: read on
+                rest, chunk_bytes = data, chunk_bytes * 2
                 continue
-            yield start, start + end + 1
-            start += end + 1
+            yield start, memoryview(data)[: end + 1]
+            start, rest = start + end + 1, data[end + 1 :]
 
 
 def _read_range(path: Path, start: int, end: int) -> pa.BufferReader:
@@ -491,17 +492,19 @@ def _spill_csv(path: Path, shown: str, fmt: str, delimiter: str, d: DataParams, 
     """The file parsed CHUNK_BYTES at a time into Parquet files of its rows, typed as one pyarrow read of the whole
     file types them: where the chunks' inferred types disagree, that column is typed again over the whole file."""
     options = _csv_options(path, fmt, delimiter, d)
-    ranges = list(_record_ranges(path, options.quoted, CHUNK_BYTES))
+    ranges: list[tuple[int, int]] = []
     parts: list[Path] = []
     types: list[dict[str, pa.DataType]] = []
     rows, raw = 0, list[str]()
     fixed: list[str] = []
     table = pa.table({})
-    for k, (start, end) in enumerate(ranges):
+    for k, (start, data) in enumerate(_record_chunks(path, options.quoted, CHUNK_BYTES)):
+        ranges.append((start, start + len(data)))
         opts = options
         if k:  # later chunks have no header: the first chunk's names
             opts = dataclasses.replace(options, read=_later_chunk(options.read, raw))
-        table = _parse_csv(_read_range(path, start, end), opts, path, shown, fmt, delimiter, d)
+        table = _parse_csv(pa.BufferReader(pa.py_buffer(data)), opts, path, shown, fmt, delimiter, d)
+        del data
         if k == 0:
             raw = table.column_names
             fixed = _fixed_names(raw, d, path, shown, delimiter)

@@ -14,7 +14,7 @@ Peak memory: a few copies of one column (the raw values, the typed values, their
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from pandas.core.util.hashing import combine_hash_arrays
 
 from trainflow.errors import DataError
 
-BATCH_ROWS = 1 << 20  # rows per record batch of a spilled column, and per row group of the written table
+BATCH_ROWS = 1 << 17  # rows per record batch of a spilled column, and per row group of the written table
 
 
 def read_column(path: Path, name: str) -> pa.ChunkedArray:
@@ -87,7 +87,31 @@ class SpilledFrame:
         return pa.chunked_array(chunks, type=self.types[name])
 
     def __getitem__(self, name: str) -> pd.Series:
-        return to_pandas(pa.table({name: self.arrow(name)}))[name]
+        column = self.arrow(name)
+        pa.default_memory_pool().release_unused()  # the files' read buffers, before the next column's
+        return to_pandas(pa.table({name: column}))[name]
+
+    def row_blocks(self) -> Iterator[pd.DataFrame]:
+        """Every column, a block of rows at a time (a chunk of a csv file, a batch of a Parquet one), in row order;
+        each column of the dtype it has in the whole frame."""
+        for f, files in enumerate(self.parts):
+            replaced = {n: read_column(p, n) for (g, n), p in self.replaced.items() if g == f}
+            lo = 0
+            for path in files:
+                if path.suffix == ".arrow":
+                    batches: Iterable[pa.RecordBatch | pa.Table] = [feather.read_table(path, memory_map=False)]
+                else:
+                    file = pq.ParquetFile(path, pre_buffer=False)
+                    batches = file.iter_batches(batch_size=BATCH_ROWS, columns=self.columns)
+                for batch in batches:
+                    n = batch.num_rows
+                    columns = {
+                        name: (replaced[name].slice(lo, n) if name in replaced else batch.column(name))
+                        for name in self.columns
+                    }
+                    lo += n
+                    table = pa.table({k: v.cast(self.types[k]) for k, v in columns.items()})
+                    yield to_pandas(table)
 
 
 def row_hashes(columns: Iterable[pd.Series], count: int) -> np.ndarray:

@@ -33,7 +33,9 @@ if TYPE_CHECKING:
     from trainflow.data.preprocess import Preprocessor
     from trainflow.params import DataParams
 
-BLOCK_BYTES = 64 << 20  # rows per block of the transform: about this much of preprocessed matrix
+# Rows per block of the transform: about this much of preprocessed matrix (the block's frame and the transform's
+# temporaries take a few times it).
+BLOCK_BYTES = 16 << 20
 
 
 def _repair(path: Path) -> str:
@@ -54,7 +56,7 @@ def _reading(path: Path) -> Iterator[None]:
 
 def _open(path: Path) -> pq.ParquetFile:
     with _reading(path):
-        return pq.ParquetFile(path)
+        return pq.ParquetFile(path, pre_buffer=False)  # pre-buffering holds many row groups: memory grows with the file
 
 
 def budget_mb(d: DataParams) -> float:

@@ -259,14 +259,24 @@ def schema_params(d: DataParams) -> dict[str, Any]:
 
 def raw_row_keys(frame: pd.DataFrame | SpilledFrame) -> np.ndarray:
     """A 64-bit hash (uint64) of each raw row, all columns as read: the row's identity for the split, whatever
-    columns are features, which is the target, how they are typed. (pandas' hash of the frame, computed a column at a
-    time: the same numbers for a frame in memory and a spilled one.)"""
-    names = list(frame.columns)
+    columns are features, which is the target, how they are typed."""
+    if isinstance(frame, SpilledFrame):  # a row's hash is its values' alone: a block of rows at a time
+        try:
+            return np.concatenate([_row_keys(block) for block in frame.row_blocks()])
+        except TypeError:
+            return np.concatenate([_row_keys(_as_text(block)) for block in frame.row_blocks()])
     try:
-        return row_hashes((frame[c] for c in names), len(names))
+        return _row_keys(frame)
     except TypeError:  # unhashable values (lists or objects from JSON): hash those columns as text
-        safe = (frame[c].astype(str) if is_object_dtype(frame[c].dtype) else frame[c] for c in names)
-        return row_hashes(safe, len(names))
+        return _row_keys(_as_text(frame))
+
+
+def _row_keys(frame: pd.DataFrame) -> np.ndarray:
+    return pd.util.hash_pandas_object(frame, index=False).to_numpy(dtype=np.uint64)
+
+
+def _as_text(frame: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame({c: frame[c].astype(str) if is_object_dtype(frame[c].dtype) else frame[c] for c in frame})
 
 
 def _carried(s: pd.Series) -> pd.Series:
