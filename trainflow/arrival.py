@@ -197,7 +197,8 @@ def _dvc_add(paths: Paths, dest: Path) -> None:
     if proc.returncode != 0:
         raise UserError(
             f"trainflow data add: {shown} is in place but `dvc add {shown}` failed: "
-            f"{(proc.stderr or proc.stdout).strip()}; fix that and run it yourself"
+            f"{(proc.stderr or proc.stdout).strip() or f'exit code {proc.returncode}, no output'}; fix that and run it "
+            "yourself"
         )
 
 

@@ -304,11 +304,12 @@ def _study(
                 if last != 1 and isinstance(value, float) and math.isfinite(value):  # the evaluations, not the end
                     steps[int(update)] = value
         value = m.get(metric)
+        error = None  # why a failed trial failed (trials.csv's error column, as the Optuna backend records it)
         if result.error is not None:  # its process died (a failed trial reports FAILED): a rerun resumes it
             state, value = TrialState.RUNNING, None
             left += 1
         elif m.get(FAILED):
-            state, value = TrialState.FAIL, None
+            state, value, error = TrialState.FAIL, None, str(m[FAILED])
         elif m.get(ENDED) == 1 and isinstance(value, float) and math.isfinite(value):
             state = TrialState.COMPLETE
         elif m.get(ENDED) == 1:  # trained to its end without a finite metric
@@ -320,6 +321,8 @@ def _study(
             left += 1
         config = result.config or {}
         attrs: dict[str, Any] = {"ray_trial_id": trial_id}
+        if error is not None:
+            attrs["error"] = error
         if record.is_file():
             attrs["mlflow_run_id"] = read_json(record).get("run_id")
         if (resumed := m.get("resumed_from_update", -1)) is not None and resumed >= 0:
