@@ -250,7 +250,7 @@ def failpoint(name: str) -> None:
     Points: `update` (after each training update), `checkpoint_write` (in the middle of a checkpoint), `rename-<name>`
     (an atomic write's temp file or directory is complete, not yet renamed into place), `commit-<stage>` (a stage of
     the training flow is done, DVC has not recorded it yet), `push` (the flow's DVC push begins), `register` (the
-    registry decision begins)."""
+    registry decision begins), `spill-chunk` (a chunk of a streamed ingest is in its spill)."""
     spec = FAILPOINT
     if not spec or not spec.startswith(name + ":"):
         return

@@ -35,10 +35,12 @@ def dvc_out_hash(root: Path, stage: str, out: str) -> str:
     lock = root / "dvc.lock"
     if not lock.is_file():
         return "unknown"
-    data = yaml.safe_load(lock.read_text()) or {}
-    for entry in data.get("stages", {}).get(stage, {}).get("outs", []):
-        if entry.get("path") == out:
-            return str(entry.get("md5", "unknown"))
+    data = yaml.safe_load(lock.read_text())
+    stages = data.get("stages") if isinstance(data, dict) else None  # a lock being written, or hand-edited
+    entry = stages.get(stage) if isinstance(stages, dict) else None
+    for output in (entry.get("outs") if isinstance(entry, dict) else None) or []:
+        if isinstance(output, dict) and output.get("path") == out:
+            return str(output.get("md5", "unknown"))
     return "unknown"
 
 

@@ -231,3 +231,33 @@ def test_a_quote_left_open_near_the_end_is_the_same_error_streamed_as_in_memory(
         messages.append(str(error.value))
     assert messages[0] == messages[1]
     assert "data/raw/t.csv, line 1481: a quoted value is never closed" in messages[1]
+
+
+def test_a_streamed_ingest_killed_mid_spill_leaves_the_last_ingest_and_the_rerun_is_whole(tmp_path: Path) -> None:
+    """SIGKILL after the 5th chunk of the spill (of about 30): data/processed is the last ingest's, byte for byte; the
+    rerun leaves no spill or temp directory and writes the in-memory ingest's table."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    root = make_project(tmp_path / "p", {"data.source": "data/raw/t.csv", "data.target": "label"})
+    paths = Paths(root)
+    awkward(2500).to_csv(root / "data/raw/t.csv", index=False)
+    run_stage("ingest", load_params(paths.params), paths)  # in memory: the last ingest, and the reference
+    before = {p.name: p.read_bytes() for p in paths.processed.iterdir()}
+    write_overrides(paths.params, ["data.memory_budget_mb=0.000001"])
+    code = ("import sys; import trainflow.data.sources as s; s.CHUNK_BYTES = 4096; from trainflow.cli import main; "
+            "sys.exit(main(['stage', 'ingest']))")  # fmt: skip
+    env = {**os.environ, "TRAINFLOW_FAILPOINT": "spill-chunk:5"}
+    killed = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert "read a column at a time from a spill on disk" in killed.stderr
+    assert {p.name: p.read_bytes() for p in paths.processed.iterdir()} == before
+    env.pop("TRAINFLOW_FAILPOINT")
+    again = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert sorted(p.name for p in paths.processed.parent.iterdir()) == ["processed", "raw"]  # no leftovers
+    assert sorted(p.name for p in paths.processed.iterdir()) == sorted(before)
+    table = pd.read_parquet(paths.table)
+    pd.testing.assert_frame_equal(table, pd.read_parquet(pa.BufferReader(before["table.parquet"])), check_exact=True)

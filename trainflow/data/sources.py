@@ -41,7 +41,9 @@ import pyarrow.parquet as pq
 
 from trainflow.data.schema import NA_VALUES
 from trainflow.data.spill import SpilledFrame, read_column
+from trainflow.engine.progress import progress
 from trainflow.errors import DataError
+from trainflow.io import failpoint
 from trainflow.params import BUILTIN_DATASETS, GLOB_CHARS, DataParams
 
 FORMAT_BY_SUFFIX = {
@@ -132,7 +134,7 @@ def read_source(d: DataParams, root: Path, spill: Path | None = None) -> RawTabl
     """The raw table named by `d.source`: builtin:<name>, or a file, glob or directory relative to `root`.
 
     `spill`: a folder for a table too big for data.memory_budget_mb (csv, tsv, parquet), which is then read into
-    Parquet files there and returned as a `SpilledFrame` read a column at a time (the notes say which was chosen)."""
+    files there and returned as a `SpilledFrame` read a column at a time (the choice is printed)."""
     if d.source.startswith("builtin:"):
         return _read_builtin(d.source)
     folder = _image_folder(d.source, root)
@@ -157,7 +159,7 @@ def read_source(d: DataParams, root: Path, spill: Path | None = None) -> RawTabl
     notes: list[str] = []
     if spill is not None and fmt in STREAMED_FORMATS:
         streamed, why = _stream_choice(files, fmt, d)
-        notes.append(why)
+        print(f"ingest: {why}", file=sys.stderr)  # now: a streamed read takes a while
         if streamed:
             return _spill_source(d, root, files, fmt, delimiter, spill, notes)
     tables: list[pa.Table] = []
@@ -498,8 +500,10 @@ def _spill_csv(path: Path, shown: str, fmt: str, delimiter: str, d: DataParams, 
     rows, raw = 0, list[str]()
     fixed: list[str] = []
     table = pa.table({})
+    bar = progress(max(1, path.stat().st_size >> 20), desc=f"ingest: {shown}", unit="MiB")
     for k, (start, data) in enumerate(_record_chunks(path, options.quoted, CHUNK_BYTES)):
         ranges.append((start, start + len(data)))
+        bar.update(((start + len(data)) >> 20) - bar.n)
         opts = options
         if k:  # later chunks have no header: the first chunk's names
             opts = dataclasses.replace(options, read=_later_chunk(options.read, raw))
@@ -511,8 +515,10 @@ def _spill_csv(path: Path, shown: str, fmt: str, delimiter: str, d: DataParams, 
         table = table.rename_columns(fixed)
         parts.append(folder / f"{f}-{k}.arrow")
         feather.write_feather(table, parts[-1], compression="lz4")
+        failpoint("spill-chunk")
         types.append(dict(zip(fixed, table.schema.types)))
         rows += table.num_rows
+    bar.close()
     _check_closed_quotes(table, path, shown, delimiter, d, rows - table.num_rows)
     out = _SpilledFile(parts, list(fixed), {}, {}, rows)
     for j, name in enumerate(fixed):
