@@ -242,3 +242,32 @@ def test_a_model_that_does_not_declare_attention_backend_support_builds_its_own_
     assert not hasattr(Decoder(), "_supports_attention_backend")
     assert _self_attention_mask(Decoder()) is None
     assert _self_attention_mask(Declaring()) is masking_utils.causal_mask_function
+
+
+def test_the_distributed_backend_auto_is_nccl_on_cuda_and_gloo_on_cpu() -> None:
+    import torch
+
+    from trainflow.engine.distributed import backend_for
+
+    assert backend_for("auto", torch.device("cuda", 0)) == "nccl"  # a device object needs no GPU to exist
+    assert backend_for("auto", torch.device("cpu")) == "gloo"
+    assert backend_for("gloo", torch.device("cuda", 0)) == "gloo"  # asked for: kept
+
+
+def test_labels_that_differ_only_in_case_are_warned_of_and_others_are_not(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from trainflow.data.validate import infer_schema
+    from trainflow.params import DataParams
+
+    d = DataParams.model_validate({"source": "t.csv", "target": "y"})
+    for labels, warned in ((["spam", "ham"], False), (["spam", "ham", "Spam"], True)):
+        path = tmp_path / "t.csv"
+        pd.DataFrame({"x": range(30), "y": [labels[i % len(labels)] for i in range(30)]}).to_csv(path, index=False)
+        from trainflow.data.sources import read_source
+
+        infer_schema(read_source(d, tmp_path), d)
+        err = capfd.readouterr().err
+        assert ("differ only in case" in err) is warned, err
+        if warned:
+            assert "'Spam'/'spam'" in err or "'spam'/'Spam'" in err
