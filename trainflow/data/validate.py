@@ -4,6 +4,10 @@
 the target, typed as `Schema`'s docstring says). Every problem the user can fix raises DataError with one line that
 names the file, line and column (via `table.where`) and what to change. The success path is vectorised pandas/numpy:
 per-value Python runs only over a column's distinct values or to build an error message.
+
+Every check reads one whole column at a time, so a source bigger than memory (`spill.SpilledFrame`) goes through the
+same code: each typed column is written to a spill as soon as it is made, and the table comes back as a
+`SpilledTable` that writes the same Parquet file as the in-memory frame.
 """
 
 from __future__ import annotations
