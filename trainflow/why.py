@@ -16,8 +16,6 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 SOURCES = "sources.json"  # in data/processed: what ingest read
 DATA_TAG = "data_files"  # version tag: {file: [rows, sha256 prefix]} (compact JSON), or a digest when too long
 TAG_LIMIT = 4500  # MLflow keeps 5000 characters of a version tag's value
@@ -27,12 +25,12 @@ CODE_PATHS = ("trainflow", ":(glob)*.py")
 LISTED = 20
 
 
-def data_files(files: list[str], file_index: np.ndarray, paths: list[Path], group_by_folder: bool) -> dict[str, Any]:
-    """Per source file (shown as the user names it): its rows and the sha256 of its bytes. An image folder has a
-    file per row: it is summarised per class folder (rows = images, the hash over the folder's files)."""
-    rows = np.bincount(file_index, minlength=len(files)) if len(files) else np.zeros(0, dtype=np.int64)
+def data_files(files: list[str], rows: list[int], paths: list[Path], group_by_folder: bool) -> dict[str, Any]:
+    """Per source file (shown as the user names it): its rows (`rows`, per file) and the sha256 of its bytes. An
+    image folder has a file per row: it is summarised per class folder (rows = images, the hash over the folder's
+    files)."""
     out: dict[str, dict[str, Any]] = {}
-    for name, path, n in zip(files, paths, rows.tolist(), strict=True):
+    for name, path, n in zip(files, paths, rows, strict=True):
         key = str(Path(name).parent) + "/" if group_by_folder else name
         entry = out.setdefault(key, {"rows": 0, "sha256": hashlib.sha256()})
         entry["rows"] += n

@@ -19,6 +19,7 @@ import codecs
 import contextlib
 import csv
 import dataclasses
+import functools
 import glob
 import io
 import json
@@ -72,8 +73,7 @@ class RawTable:
     frame: pd.DataFrame  # every column, named by str, typed by the reader; NA spellings are missing values
     source: str  # data.source as given
     files: list[Path]  # files read, in order ([] for builtin)
-    file_index: np.ndarray  # int32 per row: index into `files` of the row's file
-    record: np.ndarray  # int64 per row: 0-based data record within that file (header and blank lines not counted)
+    rows: list[int]  # rows per file, in order (builtin: one entry): `position`, `file_index` and `record` follow
     fmt: str  # csv | tsv | parquet | jsonl | builtin | images (a folder of class folders: one file per row)
     root: Path | None = None  # files are shown relative to it
     delimiter: str = ","
@@ -84,6 +84,26 @@ class RawTable:
     notes: list[str] = field(default_factory=list)
     # file index -> the line on which each of its first records starts (filled by where_many as it scans)
     _lines: dict[int, array[int]] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    @functools.cached_property
+    def _starts(self) -> np.ndarray:
+        return np.concatenate([[0], np.cumsum(self.rows, dtype=np.int64)])
+
+    def position(self, row: int) -> tuple[int, int]:
+        """(file index, 0-based data record within that file) of frame row `row` (header and blank lines not
+        counted), from the rows per file: nothing is held per row."""
+        f = int(np.searchsorted(self._starts, row, side="right")) - 1
+        return f, int(row - self._starts[f])
+
+    @functools.cached_property
+    def file_index(self) -> np.ndarray:
+        """int32 per row: index into `files` (0 for builtin) of the row's file."""
+        return np.repeat(np.arange(len(self.rows), dtype=np.int32), self.rows)
+
+    @functools.cached_property
+    def record(self) -> np.ndarray:
+        """int64 per row: the row's 0-based data record within its file."""
+        return np.arange(sum(self.rows), dtype=np.int64) - np.repeat(self._starts[:-1], self.rows)
 
     def shown(self, file: int) -> str:
         """File number `file` as messages show it: relative to the project root when it is inside it."""
@@ -103,14 +123,14 @@ class RawTable:
         numbers found are kept, so later calls for earlier records cost nothing."""
         rows = [int(r) for r in rows]
         suffix = "" if column is None else f", column {column!r}"
+        positions = [self.position(r) for r in rows]
         if self.fmt == "builtin":
-            return [f"{self.source}, row {int(self.record[r]) + 1}{suffix}" for r in rows]
+            return [f"{self.source}, row {rec + 1}{suffix}" for _, rec in positions]
         if self.fmt == "images":
-            return [f"{self.shown(int(self.file_index[r]))}{suffix}" for r in rows]
+            return [f"{self.shown(f)}{suffix}" for f, _ in positions]
         if self.fmt in ("csv", "tsv", "jsonl"):
             furthest: dict[int, int] = {}
-            for r in rows:
-                f, rec = int(self.file_index[r]), int(self.record[r])
+            for f, rec in positions:
                 furthest[f] = max(furthest.get(f, -1), rec)
             for f, rec in furthest.items():
                 if len(self._lines.get(f, ())) <= rec:
@@ -120,8 +140,7 @@ class RawTable:
                         else _csv_start_lines(self.files[f], self.delimiter, self.encoding, self.header, rec)
                     )
         out = []
-        for r in rows:
-            f, rec = int(self.file_index[r]), int(self.record[r])
+        for f, rec in positions:
             lines = self._lines.get(f, ())
             if rec < len(lines):
                 out.append(f"{self.shown(f)}, line {lines[rec]}{suffix}")
@@ -197,13 +216,7 @@ def _raw_table(
     frame: Any, d: DataParams, files: list[Path], counts: list[int], fmt: str, root: Path, delimiter: str,
     notes: list[str],
 ) -> RawTable:  # fmt: skip
-    file_index = np.repeat(np.arange(len(files), dtype=np.int32), counts)
-    record = (
-        np.arange(counts[0], dtype=np.int64)
-        if len(counts) == 1
-        else np.concatenate([np.arange(c, dtype=np.int64) for c in counts])
-    )
-    return RawTable(frame, d.source, files, file_index, record, fmt, root, delimiter, d.encoding, d.header, notes=notes)
+    return RawTable(frame, d.source, files, list(counts), fmt, root, delimiter, d.encoding, d.header, notes=notes)
 
 
 def _stream_choice(files: list[Path], fmt: str, d: DataParams) -> tuple[bool, str]:
@@ -351,7 +364,7 @@ def _read_builtin(source: str) -> RawTable:
     frame = frame.reset_index(drop=True)
     frame.columns = [str(c) for c in frame.columns]
     n = len(frame)
-    return RawTable(frame, source, [], np.zeros(n, dtype=np.int32), np.arange(n, dtype=np.int64), "builtin")
+    return RawTable(frame, source, [], [n], "builtin")
 
 
 @dataclass
@@ -814,11 +827,7 @@ def read_image_folder(folder: Path, d: DataParams, root: Path) -> RawTable:
             d.target: labels,
         }
     )
-    n = len(files)
-    return RawTable(
-        frame, d.source, files, np.arange(n, dtype=np.int32), np.zeros(n, dtype=np.int64), "images", root,
-        image_column=column,
-    )  # fmt: skip
+    return RawTable(frame, d.source, files, [1] * len(files), "images", root, image_column=column)
 
 
 def read_images(raw: RawTable, column: str) -> None:
@@ -854,7 +863,7 @@ def read_images(raw: RawTable, column: str) -> None:
             continue
         path = Path(str(v).strip()).expanduser()
         if not path.is_absolute():
-            base = raw.files[int(raw.file_index[i])].parent if raw.files else (raw.root or Path.cwd())
+            base = raw.files[raw.position(i)[0]].parent if raw.files else (raw.root or Path.cwd())
             path = base / path
         if not path.is_file():
             raise DataError(
@@ -910,11 +919,7 @@ def _digits_images(source: str) -> RawTable:
         Image.fromarray(pixels).save(buffer, format="PNG")  # uint8 [8, 8]: mode L
         images.append(buffer.getvalue())
     frame = pd.DataFrame({DEFAULT_IMAGE_COLUMN: _objects(images), "target": digits.target.astype(np.int64)})
-    n = len(frame)
-    return RawTable(
-        frame, source, [], np.zeros(n, dtype=np.int32), np.arange(n, dtype=np.int64), "builtin",
-        image_column=DEFAULT_IMAGE_COLUMN,
-    )  # fmt: skip
+    return RawTable(frame, source, [], [len(frame)], "builtin", image_column=DEFAULT_IMAGE_COLUMN)
 
 
 # --- combining files --------------------------------------------------------------------------------------------
