@@ -2,17 +2,21 @@
 
 Ingest's checks decide each column's kind from the whole column (a share of numbers, the distinct values, a row
 order), so a stream of row batches would need every check rewritten over summaries, and two versions of each to
-agree. Instead the big source is read into a spill of typed Parquet chunks (`sources.spill_source`), and the same
-checks run on one whole column at a time (`SpilledFrame`): each column is typed by the same code on the same values,
-so the processed table is the one the in-memory path writes, value for value and dtype for dtype. A converted column
-goes to an Arrow IPC file of record batches (`ColumnSpill`) until the table is written (`write_table`), a batch of
-rows of every column at a time.
+agree. Instead the big source is parsed into a spill of typed Arrow IPC chunks (`sources._spill_csv`; a Parquet source
+is read where it is), and the same checks run on one whole column at a time (`SpilledFrame`): each column is typed by
+the same code on the same values, so the processed table is the one the in-memory path writes, value for value and
+dtype for dtype. A typed column goes to an Arrow IPC file of record batches (`ColumnSpill`) until the table is
+written (`write_table`), a batch of rows of every column at a time. The raw row keys are hashed a chunk of rows at a
+time (`SpilledFrame.row_blocks`).
 
-Peak memory: a few copies of one column (the raw values, the typed values, their 64-bit row hashes), not the table.
+Peak memory: a few copies of one column (the raw values, the typed values, a check's temporaries) and a few numbers
+per row (the row keys, the rows kept, the target's codes): not the table, but still growing with the rows
+(bench/out_of_core.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -46,7 +50,8 @@ def to_pandas(table: pa.Table) -> pd.DataFrame:
 
 
 class SpilledFrame:
-    """A raw table held as Parquet files on disk, read one column at a time: what validate reads of a frame
+    """A raw table held in files on disk (Arrow IPC chunks, or Parquet source files), read one column at a time: what
+    validate reads of a frame
     (`columns`, `shape`, `len`, `[name]`). `parts[f]` are file f's chunk files in row order; `replaced[(f, name)]` a
     single-column file that holds that file's column instead (typed over the whole file); `types[name]` the type the
     column has over every file (a file's chunks are cast to it, as the in-memory reader casts whole files);
@@ -142,12 +147,10 @@ class ColumnSpill:
             for lo in range(0, table.num_rows, BATCH_ROWS):  # one batch per BATCH_ROWS rows in every column
                 writer.write_table(table.slice(lo, BATCH_ROWS).combine_chunks())
 
-    def _reader(self, name: str) -> pa.ipc.RecordBatchFileReader:
-        return pa.ipc.open_file(pa.OSFile(str(self._path(name)), "rb"))
-
     def series(self, name: str) -> pd.Series:
         """The column as it was put (dtype and values, through its pandas metadata)."""
-        return self._reader(name).read_all().to_pandas()[name]
+        with pa.OSFile(str(self._path(name)), "rb") as source:
+            return pa.ipc.open_file(source).read_all().to_pandas()[name]
 
     def take(self, rows: np.ndarray, names: list[str]) -> pd.DataFrame:
         """These rows of these columns, as a frame (index 0..len-1)."""
@@ -157,22 +160,27 @@ class ColumnSpill:
         """Write columns `names` as one Parquet file, the rows where `keep` (all when None), a batch at a time; read
         back by pd.read_parquet as the in-memory frame of these columns written with to_parquet(index=False).
         Returns the rows written."""
-        readers = [self._reader(n) for n in names]
-        schemas = [r.schema for r in readers]
-        meta = [json.loads(s.metadata[b"pandas"]) for s in schemas]
-        pandas_meta = dict(meta[0], columns=[m["columns"][0] for m in meta])
-        schema = pa.schema([s.field(0) for s in schemas], metadata={b"pandas": json.dumps(pandas_meta).encode()})
-        written = 0
-        with pq.ParquetWriter(dest, schema) as writer:
-            lo = 0
-            for i in range(readers[0].num_record_batches):
-                batches = [r.get_batch(i) for r in readers]
-                n = batches[0].num_rows
-                table = pa.Table.from_arrays([b.column(0) for b in batches], schema=schema)
-                if keep is not None:
-                    table = table.filter(pa.array(keep[lo : lo + n]))
-                lo += n
-                if table.num_rows:
-                    writer.write_table(table)
-                    written += table.num_rows
-        return written
+        with contextlib.ExitStack() as files:
+            readers = [pa.ipc.open_file(files.enter_context(pa.OSFile(str(self._path(n)), "rb"))) for n in names]
+            return _write_batches(dest, readers, keep)
+
+
+def _write_batches(dest: Path, readers: list[pa.ipc.RecordBatchFileReader], keep: np.ndarray | None) -> int:
+    schemas = [r.schema for r in readers]
+    meta = [json.loads(s.metadata[b"pandas"]) for s in schemas]
+    pandas_meta = dict(meta[0], columns=[m["columns"][0] for m in meta])
+    schema = pa.schema([s.field(0) for s in schemas], metadata={b"pandas": json.dumps(pandas_meta).encode()})
+    written = 0
+    with pq.ParquetWriter(dest, schema) as writer:
+        lo = 0
+        for i in range(readers[0].num_record_batches):
+            batches = [r.get_batch(i) for r in readers]
+            n = batches[0].num_rows
+            table = pa.Table.from_arrays([b.column(0) for b in batches], schema=schema)
+            if keep is not None:
+                table = table.filter(pa.array(keep[lo : lo + n]))
+            lo += n
+            if table.num_rows:
+                writer.write_table(table)
+                written += table.num_rows
+    return written
