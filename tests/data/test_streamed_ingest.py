@@ -261,3 +261,15 @@ def test_a_streamed_ingest_killed_mid_spill_leaves_the_last_ingest_and_the_rerun
     assert sorted(p.name for p in paths.processed.iterdir()) == sorted(before)
     table = pd.read_parquet(paths.table)
     pd.testing.assert_frame_equal(table, pd.read_parquet(pa.BufferReader(before["table.parquet"])), check_exact=True)
+
+
+def test_a_jsonl_source_over_the_budget_is_read_into_memory_and_says_why(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    root = make_project(tmp_path / "p", {"data.source": "data/raw/t.jsonl", "data.target": "label",
+                                         "data.memory_budget_mb": "0.000001"})  # fmt: skip
+    awkward(300).drop(columns=["notes"]).to_json(root / "data/raw/t.jsonl", orient="records", lines=True)
+    run_stage("ingest", load_params(Paths(root).params), Paths(root))
+    err = capfd.readouterr().err
+    assert "ingest: read into memory although over data.memory_budget_mb 0 (1 file of" in err
+    assert "jsonl is not streamed yet, only csv, tsv, parquet" in err

@@ -176,7 +176,7 @@ def read_source(d: DataParams, root: Path, spill: Path | None = None) -> RawTabl
             "remove them (its column names come from the file)"
         )
     notes: list[str] = []
-    if spill is not None and fmt in STREAMED_FORMATS:
+    if spill is not None:
         streamed, why = _stream_choice(files, fmt, d)
         print(f"ingest: {why}", file=sys.stderr)  # now: a streamed read takes a while
         if streamed:
@@ -237,17 +237,17 @@ def _stream_choice(files: list[Path], fmt: str, d: DataParams) -> tuple[bool, st
     what = f"{count} of {size / 2**20:,.1f} MiB, about {need:,.0f} MiB in memory"
     if need <= budget:
         return False, f"read into memory ({what}; data.memory_budget_mb {budget:,.0f})"
+    held = f"read into memory although over data.memory_budget_mb {budget:,.0f} ({what})"
+    if fmt not in STREAMED_FORMATS:
+        return False, f"{held}: {fmt} is not streamed yet, only {', '.join(STREAMED_FORMATS)}"
+    if d.image_column is not None:
+        return False, f"{held}: a table of images (data.image_column) is not streamed yet"
     return True, f"read a column at a time from a spill on disk ({what}, over data.memory_budget_mb {budget:,.0f})"
 
 
 def _spill_source(
     d: DataParams, root: Path, files: list[Path], fmt: str, delimiter: str, folder: Path, notes: list[str]
 ) -> RawTable:
-    if d.image_column is not None:
-        raise DataError(
-            f"data.image_column: a table of image paths is read into memory; raise data.memory_budget_mb (the "
-            f"source {d.source} is over it)"
-        )
     folder.mkdir(parents=True, exist_ok=True)
     spilled: list[_SpilledFile] = []
     for f, path in enumerate(files):
