@@ -106,10 +106,15 @@ def test_an_interrupted_run_resumes_bit_identically(
     assert not same(fingerprint_of(crashed), whole)  # the interruption did cut the run short
 
 
-def test_resume_never_starts_fresh_and_a_path_continues_from_it(tmp_path: Path) -> None:
+def test_resume_never_starts_fresh_and_a_path_continues_from_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run(tmp_path / "a", "fp32", stop_after=20)
+    capsys.readouterr()
     fresh = run(tmp_path / "a", "fp32", resume="never")
     assert fresh.resumed_from is None
+    said = capsys.readouterr()
+    assert "train: train.resume is never; removed " in said.err and "resume is never" not in said.out  # a note
     whole = fingerprint_of(run(tmp_path / "whole", "fp32"))
     assert same(fingerprint_of(fresh), whole)
     # A path (a checkpoint directory, or a folder of them) continues from it whatever wrote it.
