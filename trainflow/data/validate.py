@@ -177,7 +177,7 @@ def infer_schema(
         n_rows = len(out)
     else:
         store.put(d.target, _series(target.values))
-        target_values, target.values = target.values, None
+        target.values = None  # in the spill now; what follows needs only its codes
         if d.duplicates != "keep":
             keep = _duplicates(table, d, _SpillColumns(store, [*(c.name for c in cols), d.target]), keep, dropped)
         for c in carried:
@@ -185,7 +185,6 @@ def infer_schema(
         store.put(ROW_KEY, raw_row_keys(frame))
         out = SpilledTable(store, [*(c.name for c in cols), d.target, *carried, ROW_KEY], keep)
         n_rows = n if keep is None else int(keep.sum())
-        target.values = target_values
     if n_rows == 0:
         reasons = ", ".join(f"{k}: {v}" for k, v in dropped.items())
         raise DataError(
