@@ -10,6 +10,7 @@ ends, and the rows dropped fall on batch boundaries."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -194,21 +195,29 @@ def test_a_malformed_row_mid_file_names_its_line_leaves_the_last_ingest_and_the_
     assert json.loads(paths.schema.read_text())["n_rows"] == 2000
 
 
+def errors_both(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write: Callable[[Path], object], chunk_bytes: int
+) -> list[str]:
+    """The DataError messages of ingesting the csv `write` makes, in memory and streamed (chunks of `chunk_bytes`)."""
+    monkeypatch.setattr(sources, "CHUNK_BYTES", chunk_bytes)
+    messages = []
+    for budget in ("null", "0.000001"):
+        root = make_project(tmp_path / budget, {"data.source": "data/raw/t.csv", "data.target": "label",
+                                                "data.memory_budget_mb": budget})  # fmt: skip
+        write(root / "data/raw/t.csv")
+        with pytest.raises(DataError) as error:
+            run_stage("ingest", load_params(Paths(root).params), Paths(root))
+        messages.append(str(error.value))
+    return messages
+
+
 def test_a_bad_value_mid_file_is_the_same_error_streamed_as_in_memory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     frame = awkward(2000).drop(columns=["notes"])
     frame["x"] = frame["x"].astype(object)
     frame.loc[1700, "x"] = "abc"  # one text value in a numeric column, far from the first chunk
-    messages = []
-    for budget in ("null", "0.000001"):
-        root = make_project(tmp_path / budget, {"data.source": "data/raw/t.csv", "data.target": "label",
-                                                "data.memory_budget_mb": budget})  # fmt: skip
-        frame.to_csv(root / "data/raw/t.csv", index=False)
-        monkeypatch.setattr(sources, "CHUNK_BYTES", 4096)
-        with pytest.raises(DataError) as error:
-            run_stage("ingest", load_params(Paths(root).params), Paths(root))
-        messages.append(str(error.value))
+    messages = errors_both(tmp_path, monkeypatch, lambda csv: frame.to_csv(csv, index=False), chunk_bytes=4096)
     assert messages[0] == messages[1]
     assert "data/raw/t.csv, line 1702, column 'x': 'abc' is not a number" in messages[1]
 
@@ -220,15 +229,7 @@ def test_a_quote_left_open_near_the_end_is_the_same_error_streamed_as_in_memory(
     and the error names the line where the quote opens, as in memory."""
     lines = ["a,label"] + [f"{i},{'spam' if i % 3 else 'ham'}" for i in range(1500)]
     lines[1480] = '1479,"ham starts here'
-    messages = []
-    for budget in ("null", "0.000001"):
-        root = make_project(tmp_path / budget, {"data.source": "data/raw/t.csv", "data.target": "label",
-                                                "data.memory_budget_mb": budget})  # fmt: skip
-        (root / "data/raw/t.csv").write_text("\n".join(lines) + "\n")
-        monkeypatch.setattr(sources, "CHUNK_BYTES", 1024)
-        with pytest.raises(DataError) as error:
-            run_stage("ingest", load_params(Paths(root).params), Paths(root))
-        messages.append(str(error.value))
+    messages = errors_both(tmp_path, monkeypatch, lambda csv: csv.write_text("\n".join(lines) + "\n"), chunk_bytes=1024)
     assert messages[0] == messages[1]
     assert "data/raw/t.csv, line 1481: a quoted value is never closed" in messages[1]
 
