@@ -18,6 +18,15 @@ export OMP_NUM_THREADS=1        # torch's thread pool is not fork-safe; mutmut f
 export HYPOTHESIS_PROFILE=mutation  # the same property-test examples every run (tests/conftest.py)
 rm -rf mutants
 log="${TMPDIR:-/tmp}/trainflow-mutmut.log"
+# Each mutant's tests run in a forked child that ends without pytest's exit hooks, so its temp directory keeps a lock
+# that pytest trusts for 3 days and never removes: a sample once filled 28 GB of disk. The mutants' temp directories
+# go into one folder of their own, a sweeper removes those untouched for an hour (no mutant's tests run that long),
+# and the folder goes when the run ends.
+export TMPDIR="$(mktemp -d "${TMPDIR:-/tmp}/trainflow-mutmut.XXXXXX")"
+( while sleep 300; do find "$TMPDIR" -mindepth 2 -maxdepth 2 -path "*/pytest-of-*/pytest-*" -mmin +60 \
+    -exec rm -rf {} + 2>/dev/null; done ) &
+sweeper=$!
+trap 'kill $sweeper 2>/dev/null; rm -rf "$TMPDIR"' EXIT
 children="${MUTMUT_CHILDREN:-2}"
 fail() {
   echo "mutmut failed (a selected test fails on the unmutated code?); the end of $log:"
