@@ -62,21 +62,36 @@ def seeded(keys: np.ndarray, seed: int) -> np.ndarray:
     return z ^ (z >> np.uint64(31))
 
 
-def row_keys(frame: pd.DataFrame, columns: list[str], seed: int) -> np.ndarray:
+def row_keys(
+    frame: pd.DataFrame, columns: list[str], seed: int, integral: dict[str, bool] | None = None
+) -> np.ndarray:
     """The seeded 64-bit hash (uint64) of each row's `columns`: a function of those values alone. The raw-row key
     (ROW_KEY) is hashed as it is; other columns (split.key, split.group_by) as text, numbers without a fraction as
-    integers, so an id reads the same whether it is a feature (typed) or not (as read): 3, 3.0 and "3" are one id."""
+    integers, so an id reads the same whether it is a feature (typed) or not (as read): 3, 3.0 and "3" are one id.
+
+    `integral`: per float column, whether all of the whole column's values are whole numbers (`whole_numbers`), for
+    a `frame` that is a block of the table's rows; else each column of `frame` is judged on its own."""
     # Column by column, so `frame` can be a stream.ParquetColumns (a table read a column at a time).
-    table = pd.DataFrame({c: frame[c] if columns == [ROW_KEY] else _canonical(frame[c]) for c in columns})
+    table = pd.DataFrame(
+        {c: frame[c] if columns == [ROW_KEY] else _canonical(frame[c], (integral or {}).get(c)) for c in columns}
+    )
     return seeded(hash_pandas_object(table, index=False).to_numpy(dtype=np.uint64), seed)
 
 
-def _canonical(s: pd.Series) -> pd.Series:
-    if pd.api.types.is_float_dtype(s.dtype):
-        x = s.to_numpy(dtype=np.float64, na_value=np.nan)
-        finite = x[np.isfinite(x)]
-        if np.array_equal(finite, np.round(finite)):
-            return s.astype("Int64").astype("string")
+def whole_numbers(s: pd.Series) -> bool | None:
+    """For a float column: whether every finite value is a whole number (then it is hashed as integers); else None."""
+    if not pd.api.types.is_float_dtype(s.dtype):
+        return None
+    x = s.to_numpy(dtype=np.float64, na_value=np.nan)
+    finite = x[np.isfinite(x)]
+    return bool(np.array_equal(finite, np.round(finite)))
+
+
+def _canonical(s: pd.Series, integral: bool | None = None) -> pd.Series:
+    if integral is None:
+        integral = whole_numbers(s)
+    if integral and pd.api.types.is_float_dtype(s.dtype):
+        return s.astype("Int64").astype("string")
     return s.astype("string")
 
 
@@ -218,17 +233,7 @@ def settings(frame: pd.DataFrame, schema: Schema, p: SplitParams, seed: int) -> 
 
 def _by_key(frame: pd.DataFrame, schema: Schema, p: SplitParams, seed: int, previous: Assignment | None) -> Result:
     current = settings(frame, schema, p, seed)
-    notes: list[str] = []
-    last = previous.generation if previous is not None else 0  # afresh below: every key is new, a generation on
-    if previous is not None and previous.settings.get("format") != FORMAT:
-        notes.append("split: the saved assignment was made by an older trainflow, whose row keys did not depend on "
-                     "the seed; every row is assigned afresh")  # fmt: skip
-        previous = None
-    elif previous is not None and previous.settings != current:
-        changed = sorted(k for k in current if previous.settings.get(k) != current[k])
-        notes.append(f"split: the saved assignment was made with other settings ({', '.join(changed)}); every row "
-                     "is assigned afresh")  # fmt: skip
-        previous = None
+    previous, last, notes = usable(previous, current)
     keys = row_keys(frame, current["columns"], seed)
     # Units: one per distinct key, in key order (the seeded hash: a random order that no row order can change).
     unit_keys, unit_of_row, weight = _units(keys)
@@ -252,6 +257,21 @@ def _by_key(frame: pd.DataFrame, schema: Schema, p: SplitParams, seed: int, prev
     since = np.where(held, previous.generation_of(unit_keys) if previous is not None else 0, generation)
     assignment = Assignment(unit_keys, split_of_unit, current, since.astype(np.int32), generation)
     return Result(split, assignment, int(weight[held].sum()), exact, notes, assignment.since[unit_of_row])
+
+
+def usable(previous: Assignment | None, current: dict[str, Any]) -> tuple[Assignment | None, int, list[str]]:
+    """(`previous` if it was made under the `current` settings else None, its generation, notes on why not)."""
+    last = previous.generation if previous is not None else 0  # afresh: every key is new, a generation on
+    if previous is not None and previous.settings.get("format") != FORMAT:
+        note = ("split: the saved assignment was made by an older trainflow, whose row keys did not depend on the "
+                "seed; every row is assigned afresh")  # fmt: skip
+        return None, last, [note]
+    if previous is not None and previous.settings != current:
+        changed = sorted(k for k in current if previous.settings.get(k) != current[k])
+        note = (f"split: the saved assignment was made with other settings ({', '.join(changed)}); every row is "
+                "assigned afresh")  # fmt: skip
+        return None, last, [note]
+    return previous, last, []
 
 
 def _units(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -281,20 +301,25 @@ def _strata(
         )
     # Classes numbered in label order: row order must not change which class the quotas settle first.
     codes, labels = pd.factorize(frame[schema.target], sort=True)
-    codes = np.where(codes < 0, len(labels), codes)  # a missing label is a class of its own
+    return unit_strata(codes, len(labels), unit_of_row, units), pd.Index(labels)
+
+
+def unit_strata(codes: np.ndarray, labels: int, unit_of_row: np.ndarray, units: int) -> np.ndarray:
+    """The stratum of each unit from its rows' label codes (-1: missing, a class of its own numbered `labels`)."""
+    codes = np.where(codes < 0, labels, codes)
     stratum = np.empty(units, dtype=np.int64)
     stratum[unit_of_row] = codes  # any row's label; right wherever a unit's rows agree (always, when rows are keys)
     mixed = np.flatnonzero(codes != stratum[unit_of_row])
     if len(mixed):  # groups (or ids) whose rows carry different labels: the most frequent, ties to the first label
         units_mixed = np.unique(unit_of_row[mixed])
         rows = np.flatnonzero(np.isin(unit_of_row, units_mixed))
-        width = len(labels) + 1
+        width = labels + 1
         pairs, counts = np.unique(unit_of_row[rows].astype(np.int64) * width + codes[rows], return_counts=True)
         unit, code = pairs // width, pairs % width
         order = np.lexsort((code, -counts, unit))
         first = order[np.r_[True, unit[order][1:] != unit[order][:-1]]]
         stratum[unit[first]] = code[first]
-    return stratum, pd.Index(labels)
+    return stratum
 
 
 PARTS = 10**9  # fractions as integer parts per billion, so n * fraction is exact (20 * 0.7 is 13.999... in floats)
@@ -391,9 +416,14 @@ def _settle(room: np.ndarray, extra: np.ndarray, remainder: np.ndarray, need: np
     return picks
 
 
-def _fill(fixed: np.ndarray, stratum: np.ndarray, weight: np.ndarray, places: np.ndarray) -> np.ndarray:
+def _fill(
+    fixed: np.ndarray, stratum: np.ndarray, weight: np.ndarray, places: np.ndarray, before: np.ndarray | None = None
+) -> np.ndarray:
     """The split of every unit: its saved one, or, for new units, the stratum's open places (`places`, rows per
-    split) in key order — test first, then val, then train — each unit going where the middle of its rows falls."""
+    split) in key order — test first, then val, then train — each unit going where the middle of its rows falls.
+
+    `before`: per stratum, the rows of new units that come before these units in key order (units filled a range of
+    keys at a time); it is advanced by these units' rows. Counts are whole numbers, exact in float64."""
     out = fixed.copy()
     new = np.flatnonzero(fixed < 0)
     if len(new) == 0:
@@ -404,7 +434,9 @@ def _fill(fixed: np.ndarray, stratum: np.ndarray, weight: np.ndarray, places: np
     cumulative = np.cumsum(w)
     starts = np.r_[True, s[1:] != s[:-1]]
     base = np.maximum.accumulate(np.where(starts, cumulative - w, 0.0))  # rows of the stratum before the unit
-    middle = cumulative - base - w / 2
+    middle = (before[s] if before is not None else 0.0) + (cumulative - base) - w / 2
+    if before is not None:
+        np.add.at(before, s, w)
     open_ = np.maximum(places, 0)
     test_end = open_[s, TEST]
     val_end = test_end + open_[s, VAL]
@@ -414,8 +446,17 @@ def _fill(fixed: np.ndarray, stratum: np.ndarray, weight: np.ndarray, places: np
 
 def _small_class_notes(labels: pd.Index, split: np.ndarray, frame: pd.DataFrame, schema: Schema) -> list[str]:
     codes, _ = pd.factorize(frame[schema.target], sort=True)
+    return small_class_notes(labels, class_table(codes, split, len(labels)))
+
+
+def class_table(codes: np.ndarray, split: np.ndarray, labels: int) -> np.ndarray:
+    """Rows per (class, split) of rows with these label codes (-1, a missing label, is not counted)."""
     known = codes >= 0
-    table = np.bincount(codes[known] * 3 + split[known], minlength=len(labels) * 3).reshape(len(labels), 3)
+    return np.bincount(codes[known] * 3 + split[known], minlength=labels * 3).reshape(labels, 3)
+
+
+def small_class_notes(labels: pd.Index, table: np.ndarray) -> list[str]:
+    """The warning for the classes with no row in val or in test (`table`: rows per class and split)."""
     small = [
         f"{label!r} ({int(row.sum())} row{'s' if row.sum() != 1 else ''})"
         for label, row in zip(labels, table)

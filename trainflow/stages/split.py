@@ -3,20 +3,22 @@
 The split of every row key is saved beside the splits (data/splits/assignment.parquet; `persist: true` in dvc.yaml, so
 DVC leaves it for the next run) and kept by the next split made with the same settings.
 
-A processed table bigger than data.memory_budget_mb is split without reading it whole: the columns the assignment
-needs are read one at a time (the same `assign`, so the same split of every row), then the rows are copied into the
-split files a block at a time. Memory: the table's key, label and split per row (about 40 bytes a row while the keys
-are sorted), not the table.
+A processed table bigger than data.memory_budget_mb is split without reading it whole: the row keys are computed a
+block of rows at a time into buckets on disk and assigned a bucket at a time (`split_stream`: the same split of every
+row), then the rows are copied into the split files a block at a time. Memory: a few bytes a row (its split and
+generation) and the saved assignment being kept, not the table. A time split (split.time_column) sorts the time
+column, read alone.
 """
 
 from __future__ import annotations
 
+import shutil
 import sys
 from typing import Any
 
 import pandas as pd
 
-from trainflow.data import stream
+from trainflow.data import split_stream, stream
 from trainflow.data.schema import ROW_KEY, Schema
 from trainflow.data.split import ASSIGNMENT, TEST_ROWS, Assignment, assign, split_frame
 from trainflow.errors import UserError
@@ -34,7 +36,14 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
     previous = Assignment.load(paths.splits / ASSIGNMENT)
     with atomic_dir(paths.splits) as tmp:
         dests = [tmp / paths.split_file(name).name for name in SPLITS]
-        if choice.streamed:  # the columns the assignment needs, one at a time; then the rows, a block at a time
+        if choice.streamed and params.split.time_column is None:  # keys a block of rows at a time, then the rows
+            work = tmp / ".buckets"
+            result = split_stream.assign(
+                paths.table, schema, params.split, params.seed, previous, tmp / ASSIGNMENT, work
+            )
+            shutil.rmtree(work)
+            sizes = stream.write_parts(paths.table, result.split, dests, drop=[ROW_KEY])
+        elif choice.streamed:  # a time split sorts the time column, read alone
             result = assign(stream.ParquetColumns(paths.table), schema, params.split, params.seed, previous)
             sizes = stream.write_parts(paths.table, result.split, dests, drop=[ROW_KEY])
         else:
@@ -49,6 +58,6 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
             test_rows = result.since[result.split == SPLITS.index("test")]
             pd.DataFrame({"since": test_rows}).to_parquet(tmp / TEST_ROWS, index=False)
     out: dict[str, Any] = dict(zip(SPLITS, sizes, strict=True))
-    if result.assignment is not None:
+    if params.split.time_column is None:
         out["rows_kept_in_place"] = result.kept
     return out

@@ -1,0 +1,193 @@
+"""The keyed split of a processed table bigger than memory: the same split of every row as `split.assign`, in memory
+that does not grow with the table's columns and grows with its rows by a few bytes only.
+
+`split.assign` sorts every row's key at once (about 60 bytes a row at its peak). Here the rows' keys are computed a
+block of rows at a time and written, with each row's number and label code, into buckets on disk by the keys' top
+bits. Bucket b holds exactly the keys of the b-th range of key values, so walking the buckets in order walks the units
+(the distinct keys) in key order, a bucket at a time:
+
+1. every bucket: its units, their strata and saved splits, added up per stratum — the sizes the quotas need;
+2. the quotas, once, from those sums (`split.quotas`, the same function);
+3. every bucket again: its new units take their stratum's open places with `split._fill`, which is told how many of
+   the stratum's new rows came before in key order, so each unit lands exactly where the whole-table fill puts it.
+
+Held for the whole table: the split of each row (1 byte) and its generation (4 bytes), and the saved assignment being
+kept (13 bytes a key), which the issue allows; everything else is one bucket (about BUCKET_ROWS rows) at a time. The
+assignment is written as it is made, a bucket at a time, in key order.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from trainflow.data import split as sp
+from trainflow.data import stream
+from trainflow.data.schema import ROW_KEY, Schema
+from trainflow.params import SplitParams
+
+BLOCK_ROWS = 1 << 20  # rows read at a time
+BUCKET_ROWS = 1 << 21  # about this many rows per bucket
+RECORD = np.dtype([("key", "<u8"), ("row", "<i8"), ("code", "<i4")])
+
+
+def assign(
+    path: Path, schema: Schema, p: SplitParams, seed: int, previous: sp.Assignment | None, dest: Path, work: Path
+) -> sp.Result:
+    """`split.assign` of the Parquet table at `path` for a keyed split (no split.time_column), reading it a block of
+    rows at a time; the assignment is written to `dest` (as `Assignment.save` writes it) and the Result holds none.
+    `work`: a folder for the buckets, removed by the caller."""
+    columns = stream.ParquetColumns(path)
+    sp._check_columns(columns, p)
+    current = sp.settings(columns, schema, p, seed)
+    key_columns = current["columns"]
+    if current["mode"] == "row" and key_columns != [ROW_KEY]:
+        sp._row_columns(columns, schema)  # its clear error for a table without the schema's columns
+    previous, last, notes = sp.usable(previous, current)
+    stratify_by = current["stratify_by"]
+    if stratify_by is not None and schema.target not in columns.columns:
+        sp._strata(columns, schema, stratify_by, np.zeros(0, np.int64), 0)  # raises its error
+    n = len(columns)
+
+    labels, integral = _whole_column_facts(path, key_columns, stratify_by)
+    width = len(labels) + 1 if labels is not None else 1  # strata: the classes and a missing label
+    buckets = _bucket_count(n)
+    work.mkdir(parents=True, exist_ok=True)
+    files = [work / f"bucket-{b:05d}.bin" for b in range(buckets)]
+    _write_buckets(path, key_columns, stratify_by, labels, integral, seed, files)
+
+    # 1. per stratum: rows (by unit), and rows kept in each split
+    sizes = np.zeros(width, dtype=np.int64)
+    kept = np.zeros((width, 3), dtype=np.int64)
+    top, units, new_units = -1, 0, 0
+    for f in files:
+        b = _Bucket(f, width, labels, previous)
+        sizes += np.bincount(b.stratum, weights=b.weight, minlength=width).astype(np.int64)
+        held = b.fixed >= 0
+        np.add.at(kept, (b.stratum[held], b.fixed[held]), b.weight[held])
+        top = max(top, int(b.stratum.max()) if len(b.stratum) else -1)
+        units += len(b.keys)
+        new_units += int((~held).sum())
+    strata = top + 1  # as split.assign counts them: up to the largest stratum that has a unit
+    sizes, kept = sizes[:strata], kept[:strata]
+    quota, exact = sp.quotas(sizes, kept, sp.fraction_parts(p))
+    places = quota - kept
+    generation = last + 1 if new_units or previous is None else last
+
+    # 3. the fill, a bucket at a time in key order
+    split = np.empty(n, dtype=np.int8)
+    since_row = np.empty(n, dtype=np.int32)
+    table = np.zeros((len(labels), 3), dtype=np.int64) if labels is not None else None
+    before = np.zeros(strata, dtype=np.float64)
+    schema_out = pa.schema([("key", pa.uint64()), ("split", pa.int8()), ("since", pa.int32())])
+    metadata = {"trainflow": json.dumps(current, sort_keys=True), "generation": str(generation)}
+    kept_rows = 0
+    with pq.ParquetWriter(dest, schema_out.with_metadata(metadata)) as writer:
+        for f in files:
+            b = _Bucket(f, width, labels, previous)
+            split_of_unit = sp._fill(b.fixed, b.stratum, b.weight, places, before)
+            held = b.fixed >= 0
+            kept_rows += int(b.weight[held].sum())
+            saved = previous.generation_of(b.keys) if previous is not None else np.zeros(len(b.keys), np.int32)
+            since = np.where(held, saved, generation).astype(np.int32)
+            split[b.rows] = split_of_unit[b.unit_of_row]
+            since_row[b.rows] = since[b.unit_of_row]
+            if table is not None:
+                table += sp.class_table(b.codes, split_of_unit[b.unit_of_row], len(labels))
+            writer.write_table(
+                pa.table([pa.array(b.keys, pa.uint64()), pa.array(split_of_unit, pa.int8()), pa.array(since)],
+                         schema=schema_out)  # fmt: skip
+            )
+            f.unlink()
+    if table is not None and labels is not None:
+        notes += sp.small_class_notes(labels, table)
+    for note in notes:
+        print(note, file=sys.stderr)
+    sp._check_not_empty(split, columns, p)
+    return sp.Result(split, None, kept_rows, exact, notes, since_row)
+
+
+class _Bucket:
+    """One bucket's rows (table row numbers, label codes) and units (distinct keys, in key order), with each unit's
+    rows, stratum and saved split (-1: new)."""
+
+    def __init__(self, path: Path, width: int, labels: pd.Index | None, previous: sp.Assignment | None) -> None:
+        records = np.fromfile(path, dtype=RECORD)
+        self.rows, self.codes = records["row"], records["code"]
+        self.keys, self.unit_of_row, self.weight = sp._units(records["key"])
+        units = len(self.keys)
+        if labels is None:
+            self.stratum = np.zeros(units, dtype=np.int64)
+        else:
+            self.stratum = sp.unit_strata(self.codes, len(labels), self.unit_of_row, units)
+        self.fixed = previous.lookup(self.keys) if previous is not None else np.full(units, -1, dtype=np.int8)
+
+
+def _whole_column_facts(
+    path: Path, key_columns: list[str], stratify_by: str | None
+) -> tuple[pd.Index | None, dict[str, bool]]:
+    """What a block of rows cannot tell alone: the class labels in order (as `pd.factorize(sort=True)` numbers them
+    over the whole column), and for each float key column whether all its values are whole numbers."""
+    hashed_as_text = key_columns != [ROW_KEY]
+    floats = [c for c in key_columns if hashed_as_text]
+    wanted = list(dict.fromkeys([*floats, *([stratify_by] if stratify_by else [])]))
+    integral: dict[str, bool] = {}
+    uniques: list[Any] = []
+    if not wanted:
+        return None, integral
+    for frame in stream.blocks(path, BLOCK_ROWS, wanted):
+        for c in floats:
+            whole = sp.whole_numbers(frame[c])
+            if whole is not None:
+                integral[c] = integral.get(c, True) and whole
+        if stratify_by:
+            uniques.append(frame[stratify_by].drop_duplicates())  # keeps the column's dtype
+    labels = None
+    if stratify_by:
+        _, found = pd.factorize(pd.concat(uniques, ignore_index=True), sort=True)
+        labels = pd.Index(found)
+    return labels, integral
+
+
+def _bucket_count(rows: int) -> int:
+    """A power of two, so that a bucket is the keys with the same top bits: about BUCKET_ROWS rows each."""
+    count = 1
+    while count * BUCKET_ROWS < rows:
+        count *= 2
+    return count
+
+
+def _write_buckets(
+    path: Path, key_columns: list[str], stratify_by: str | None, labels: pd.Index | None, integral: dict[str, bool],
+    seed: int, files: list[Path],
+) -> None:  # fmt: skip
+    shift = np.uint64(64 - (len(files).bit_length() - 1))
+    wanted = list(dict.fromkeys([*key_columns, *([stratify_by] if stratify_by else [])]))
+    handles = [f.open("wb") for f in files]
+    try:
+        first = 0
+        for frame in stream.blocks(path, BLOCK_ROWS, wanted):
+            records = np.empty(len(frame), dtype=RECORD)
+            records["key"] = sp.row_keys(frame, key_columns, seed, integral)
+            records["row"] = np.arange(first, first + len(frame))
+            records["code"] = labels.get_indexer(frame[stratify_by]) if labels is not None and stratify_by else 0
+            first += len(frame)
+            if len(files) == 1:
+                records.tofile(handles[0])
+                continue
+            bucket = (records["key"] >> shift).astype(np.int64)
+            order = np.argsort(bucket, kind="stable")  # table order within a bucket
+            bounds = np.searchsorted(bucket[order], np.arange(len(files) + 1))
+            for b, handle in enumerate(handles):
+                if bounds[b] < bounds[b + 1]:
+                    records[order[bounds[b] : bounds[b + 1]]].tofile(handle)
+    finally:
+        for handle in handles:
+            handle.close()
