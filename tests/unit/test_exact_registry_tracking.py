@@ -18,6 +18,24 @@ from trainflow import registry, tracking
 from trainflow.errors import ParamsError, ServiceError, UserError
 from trainflow.params import RegisterParams
 
+
+@pytest.fixture(scope="module")
+def _empty_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An initialised, empty SQLite store: creating one takes seconds, copying it milliseconds."""
+    from mlflow.tracking import MlflowClient
+
+    db = tmp_path_factory.mktemp("mlflow") / "mlflow.db"
+    MlflowClient(tracking_uri=f"sqlite:///{db}").search_experiments()
+    return db
+
+
+@pytest.fixture(autouse=True)
+def _store_ready(tmp_path: Path, _empty_db: Path) -> None:
+    """Each test's store (conftest points MLflow at tmp_path/mlflow.db) starts as a copy of the empty one."""
+    import shutil
+
+    shutil.copy(_empty_db, tmp_path / "mlflow.db")
+
 FIX = "Fix params.yaml or the -S override, then rerun (`trainflow params schema` lists every field)."
 
 
