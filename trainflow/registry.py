@@ -334,7 +334,7 @@ def register(
         "gate_metric": gate,
         "value": new,
         "previous_champion": int(current.version) if current else None,
-        "previous_value": previous[gate] if previous else None,
+        "previous_value": previous.get(gate) if previous else None,  # None: the champion has no such metric
         "previous_metrics": previous,
         "rescored": rescored,
         "champion": promoted,

@@ -632,19 +632,21 @@ def test_a_champion_tagged_without_the_gate_metric_is_rescored_even_on_the_same_
 
 
 def test_a_champion_without_the_gate_metric_stays_and_the_decision_says_why(tmp_path: Path) -> None:
-    """The decision is recorded on the version and the champion stays. (register() then raises KeyError building
-    its result, previous[gate] of a champion without the gate metric: a bug, reported; a rerun returns the record.)"""
-    import contextlib
-
+    """The decision is recorded on the version and returned, and the champion stays. (register() raised KeyError
+    building its result, from previous[gate] of a champion without the gate metric, after it had written the tags.)"""
     store = Store(tmp_path)
     store.register({"accuracy": 0.95}, test_hash="old")
     run_id = store.run()
-    with contextlib.suppress(KeyError):
-        store.register({"accuracy": 0.99}, run_id=run_id, test_hash="new", rescore=lambda uri: ({"r2": 0.1}, None))
+    result = store.register(
+        {"accuracy": 0.99}, run_id=run_id, test_hash="new", rescore=lambda uri: ({"r2": 0.1}, None)
+    )
     decision = (
         "champion stays version 1: it has no accuracy on this test data (it predicts something else), so the two are "
         "not compared; to serve version 2 instead, run `trainflow models promote 2`"
     )
+    assert result["decision"] == decision
+    assert (result["champion"], result["champion_version"], result["previous_champion"]) == (False, 1, 1)
+    assert (result["previous_value"], result["previous_metrics"]) == (None, {"r2": 0.1})
     assert store.version_tags(2) == {"test_data_hash": "new", "metric.accuracy": "0.99", "registry_decision": decision}
     assert store.aliases() == {"champion": "1", "challenger": "2"}
     again = store.register({"accuracy": 0.99}, run_id=run_id, test_hash="new")
