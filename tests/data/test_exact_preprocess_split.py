@@ -1132,3 +1132,22 @@ def test_duplicate_rows_count_as_rows_in_the_quotas_and_in_what_was_kept() -> No
     again = sp.assign(frame, split_schema(["x"]), p, 2, previous=first.assignment)
     assert again.kept == 40 and again.assignment is not None and again.assignment.generation == 1
     np.testing.assert_array_equal(again.split, first.split)
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        pd.array([True, None, False], dtype="boolean"),
+        [1.0, np.nan, 0.0],  # a csv/json column of 1/0 with a blank reads as float64: it crashed (a read-only view)
+        pd.array([1, None, 0], dtype="Int64"),
+    ],
+    ids=["boolean", "float", "Int64"],
+)
+def test_a_missing_boolean_at_prediction_is_the_train_mode_with_its_indicator(given: object) -> None:
+    """Train: True, True, False and one missing -> mode 1.0, and a missing-indicator column. Each way a 0/1 column
+    can arrive at prediction gives [value or mode, missing?] worked out by hand."""
+    s = Schema(source="t", target="y", task="classification", features=["b"], kinds={"b": "boolean"},
+               classes=["a", "b"], n_rows=4)  # fmt: skip
+    train = pd.DataFrame({"b": pd.array([True, True, False, None], dtype="boolean"), "y": ["a", "b", "a", "b"]})
+    pre = Preprocessor.fit(train, s, FeatureParams())
+    np.testing.assert_array_equal(pre.features(pd.DataFrame({"b": given})), [[1.0, 0.0], [1.0, 1.0], [0.0, 0.0]])

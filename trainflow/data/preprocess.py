@@ -521,10 +521,11 @@ def _numbers(s: pd.Series, name: str, where: str) -> np.ndarray:
 
 
 def _booleans(s: pd.Series, name: str, where: str) -> np.ndarray:
+    # copy=True: a float64 column's to_numpy is a read-only view under copy-on-write, and the caller fills it in
     if ptypes.is_bool_dtype(s.dtype):
-        return s.to_numpy(dtype=np.float64, na_value=np.nan)
+        return s.to_numpy(dtype=np.float64, na_value=np.nan, copy=True)
     if ptypes.is_numeric_dtype(s.dtype):
-        x = s.to_numpy(dtype=np.float64, na_value=np.nan)
+        x = s.to_numpy(dtype=np.float64, na_value=np.nan, copy=True)
         _reject(s, ~np.isin(x, (0.0, 1.0)), name, where, "booleans (0/1)")
         return x
     words = _strings(s).str.strip().str.lower()
