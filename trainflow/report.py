@@ -63,13 +63,15 @@ def metrics_markdown(metrics: dict[str, Any], registration: dict[str, Any] | Non
 
     title = f"## Test metrics: {reg['model_name']} v{version}" if "model_name" in reg else "## Test metrics"
     parts = [title, "", _table(["metric", this, champion], rows)]
-    if reg and previous is None:
+    if not reg:  # not registered (the run stopped before register): no champion to speak of
+        pass
+    elif previous is None:
         parts += ["", "No earlier champion: this is the first version of the model."]
     elif reg.get("previous_value") is None:
         parts += ["", f"The champion (v{previous}) could not be scored on this run's test data: see the decision."]
     elif reg.get("rescored"):
         parts += ["", f"The champion (v{previous}) was rescored on this run's test data."]
-    elif reg:
+    else:
         parts += ["", f"v{previous}'s metrics are those recorded when it was registered."]
     return "\n".join(parts) + "\n"
 
