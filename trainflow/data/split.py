@@ -540,7 +540,7 @@ def _row_columns(frame: pd.DataFrame, schema: Schema) -> list[str]:
 
 
 def _check_not_empty(split: np.ndarray, frame: pd.DataFrame, p: SplitParams) -> None:
-    sizes = np.bincount(split, minlength=len(SPLITS))
+    sizes = [np.count_nonzero(split == i) for i in range(len(SPLITS))]  # (bincount would copy `split` to int64)
     fractions = {"train": 1 - p.val_fraction - p.test_fraction, "val": p.val_fraction, "test": p.test_fraction}
     for i, name in enumerate(SPLITS):
         if sizes[i]:

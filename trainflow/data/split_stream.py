@@ -33,8 +33,8 @@ from trainflow.data import stream
 from trainflow.data.schema import ROW_KEY, Schema
 from trainflow.params import SplitParams
 
-BLOCK_ROWS = 1 << 20  # rows read at a time
-BUCKET_ROWS = 1 << 21  # about this many rows per bucket
+BLOCK_ROWS = 1 << 18  # rows read at a time (a table without row keys hashes every column of them as text)
+BUCKET_ROWS = 1 << 20  # about this many rows per bucket (its working memory: about 200 bytes a row)
 RECORD = np.dtype([("key", "<u8"), ("row", "<i8"), ("code", "<i4")])
 
 
