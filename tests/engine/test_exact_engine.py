@@ -285,22 +285,20 @@ def test_resume_from_a_path_written_with_other_params_names_them(
         f"train: continuing from {step}, written with other params or data (train.epochs, train.lr, train.resume, "
         "train.log_every among them): its weights, optimizer moments and progress continue under the current params\n"
         f"train: resumed from {step} at update 2 (epoch 1, sample 0 of its order)\n"
-        # The best so far (update 2) is a checkpoint of the other folder, not of this run's.
-        f"train: the best checkpoint {tmp_path / 'b' / 'step-000000002'} is gone; keeping the last weights\n"
     )
     assert (t.resumed_from, t.state.updates) == (2, 4)
     same = make_trainer(tmp_path / "c", linear(), **{**RUN, "resume": str(step)})
     same.fit(*data())
-    assert capsys.readouterr().err == (
-        f"train: resumed from {step} at update 2 (epoch 1, sample 0 of its order)\n"
-        f"train: the best checkpoint {tmp_path / 'c' / 'step-000000002'} is gone; keeping the last weights\n"
-    )
-    assert same.state.best_update == 2 and same.final_weights is not None
-    assert torch.equal(same.final_weights["weight"], same.model.weight.detach())  # the last weights: update 4's
+    assert capsys.readouterr().err == f"train: resumed from {step} at update 2 (epoch 1, sample 0 of its order)\n"
+    # The best so far (update 2) is a checkpoint of the folder resumed from, not of this run's: it is what is
+    # exported (it used to say "the best checkpoint c/step-000000002 is gone" and export the last weights).
     from safetensors.torch import load_file
 
-    last = load_file(str(tmp_path / "c" / "step-000000004" / "model.safetensors"))
-    assert torch.equal(same.model.weight.detach(), last["weight"])
+    best = load_file(str(step / "model.safetensors"))["weight"]
+    last = load_file(str(tmp_path / "c" / "step-000000004" / "model.safetensors"))["weight"]
+    assert same.state.best_update == 2 and same.final_weights is not None and not torch.equal(best, last)
+    assert torch.equal(same.final_weights["weight"], best) and torch.equal(same.model.weight.detach(), best)
+    assert t.final_weights is not None and torch.equal(t.final_weights["weight"], best)
 
 
 def test_early_stopping_stops_at_the_first_evaluation_short_of_min_delta_and_says_so(

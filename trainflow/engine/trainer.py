@@ -260,6 +260,7 @@ class Trainer:
         self._logged_at = 0
         self._best_weights: tuple[int, dict[str, torch.Tensor]] | None = None
         self._saved_best = -1  # the best update that the checkpoint of state.checkpoint_update names
+        self._resumed_root: Path | None = None  # the folder of the checkpoint resumed from (resume: <path>: another)
         self.final_weights: dict[str, torch.Tensor] | None = None  # after fit(), on rank 0: what to export
         self.resumed_from: int | None = None  # the update a resumed run continued from; None for a fresh start
         # A signal (train.preempt_signals) or train.max_time stops fit() after an update, with a checkpoint, raising
@@ -713,6 +714,7 @@ class Trainer:
         chosen = self.group.broadcast(chosen)
         if chosen is not None:
             self._restore(load_checkpoint(Path(chosen)), Path(chosen))
+            self._resumed_root = Path(chosen).parent
 
     def _choose_checkpoint(self) -> str | None:
         p = self.p
@@ -840,6 +842,8 @@ class Trainer:
         best: dict[str, torch.Tensor] | None = None
         if main and s.best_update >= 0:
             path = self.store.path(s.best_update)
+            if not path.is_dir() and self._resumed_root is not None:  # a best from before a resume: <path>
+                path = self._resumed_root / path.name
             if self._best_weights is not None and self._best_weights[0] == s.best_update:
                 best = self._best_weights[1]
             elif path.is_dir():
