@@ -567,7 +567,7 @@ def test_a_trial_whose_values_the_params_refuse_fails_saying_why_in_its_line_its
         "storage models/tune/journal.log",
         f"[trainflow] tune: trial 0 failed: {why} (lr=0.0001, min_lr=0.001)",
     ]
-    assert summary["states"] == {"fail": 1} and summary["best"] is None and "applied" not in summary
+    assert summary["states"] == {"failed": 1} and summary["best"] is None and "applied" not in summary
     got = pd.read_csv(paths.reports / "tune/trials.csv")
     assert got.loc[0, ["state", "error", "train.lr", "train.min_lr"]].tolist() == ["failed", why, 0.0001, 0.001]
     (child,) = [r for r in mlflow_runs(project) if "mlflow.parentRunId" in r.data.tags]
@@ -875,7 +875,8 @@ def test_ray_results_become_trials_with_exactly_these_values_attrs_and_times(
          {"ray_trial_id": "b", "error": "train.x: refused"}),
         (2, TrialState.PRUNED, None, {**space, "train.lr": 0.003}, {7: 0.9},
          {"ray_trial_id": "c", "mlflow_run_id": "run-c"}),
-        (3, TrialState.FAIL, None, {**space, "train.lr": 0.004}, {}, {"ray_trial_id": "d"}),
+        (3, TrialState.FAIL, None, {**space, "train.lr": 0.004}, {},
+         {"ray_trial_id": "d", "error": "no finite val_loss"}),  # as trial.run says it (it said nothing)
         (4, TrialState.RUNNING, None, {**space, "train.lr": 0.005}, {}, {"ray_trial_id": "e"}),
     ]  # fmt: skip
     assert left == 1 + 2  # the one whose process died, and two of the budget Ray never made

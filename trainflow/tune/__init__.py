@@ -240,7 +240,9 @@ def finish_parent(s: Any, top: dict[str, Any] | None) -> None:
 def _summary(s: Any, top: dict[str, Any] | None) -> dict[str, Any]:
     from collections import Counter
 
-    counts = Counter(t.state.name.lower() for t in s.trials())
+    from trainflow.tune.results import STATES
+
+    counts = Counter(STATES.get(t.state.name, t.state.name.lower()) for t in s.trials())  # trials.csv's names
     return {
         "study": s.name,
         "trials": s.budget,

@@ -312,8 +312,8 @@ def _study(
             state, value, error = TrialState.FAIL, None, str(m[FAILED])
         elif m.get(ENDED) == 1 and isinstance(value, float) and math.isfinite(value):
             state = TrialState.COMPLETE
-        elif m.get(ENDED) == 1:  # trained to its end without a finite metric
-            state, value = TrialState.FAIL, None
+        elif m.get(ENDED) == 1:  # trained to its end without a finite metric: said as the Optuna backend says it
+            state, value, error = TrialState.FAIL, None, f"no finite {metric}"
         elif m:
             state, value = TrialState.PRUNED, None
         else:  # never reported: not started, or restored before its first evaluation
