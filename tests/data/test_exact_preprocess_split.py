@@ -8,6 +8,7 @@ import hashlib
 import io
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -1014,7 +1015,10 @@ def test_image_cells_are_bytes_or_paths_named_as_given(tmp_path: Path) -> None:
         reason = str(why)
     with pytest.raises(DataError) as exc:
         pre.decode([b"junk"], ["in input, row 0"])
-    assert message(exc) == f"image in input, row 0 cannot be read ({reason}); replace the file or remove its row"
+    # PIL names the BytesIO it read by its address: the same text but for that
+    assert re.sub("0x[0-9a-f]+", "0x", message(exc)) == re.sub(
+        "0x[0-9a-f]+", "0x", f"image in input, row 0 cannot be read ({reason}); replace the file or remove its row"
+    )
     cut = png("L", (30, 20), 7)[:-30]  # its header reads; its pixels do not
     try:
         Image.open(io.BytesIO(cut)).load()
