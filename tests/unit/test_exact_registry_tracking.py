@@ -36,6 +36,7 @@ def _store_ready(tmp_path: Path, _empty_db: Path) -> None:
 
     shutil.copy(_empty_db, tmp_path / "mlflow.db")
 
+
 FIX = "Fix params.yaml or the -S override, then rerun (`trainflow params schema` lists every field)."
 
 
@@ -637,9 +638,7 @@ def test_a_champion_without_the_gate_metric_stays_and_the_decision_says_why(tmp_
     store = Store(tmp_path)
     store.register({"accuracy": 0.95}, test_hash="old")
     run_id = store.run()
-    result = store.register(
-        {"accuracy": 0.99}, run_id=run_id, test_hash="new", rescore=lambda uri: ({"r2": 0.1}, None)
-    )
+    result = store.register({"accuracy": 0.99}, run_id=run_id, test_hash="new", rescore=lambda uri: ({"r2": 0.1}, None))
     decision = (
         "champion stays version 1: it has no accuracy on this test data (it predicts something else), so the two are "
         "not compared; to serve version 2 instead, run `trainflow models promote 2`"
@@ -1169,10 +1168,14 @@ def test_roc_and_pr_curves_are_labelled_with_their_areas(tmp_path: Path, figures
     assert _lines(roc)[0][:2] == ([0, 1], [0, 1])
     assert _lines(roc)[1][:2] == ([0.0, 0.0, 0.5, 0.5, 1.0], [0.0, 0.5, 0.5, 1.0, 1.0])
     assert (roc.get_xlabel(), roc.get_ylabel(), roc.get_title()) == (
-        "false positive rate", "true positive rate", "ROC (test, positive class)"
+        "false positive rate",
+        "true positive rate",
+        "ROC (test, positive class)",
     )
     assert (pr.get_xlabel(), pr.get_ylabel(), pr.get_title()) == (
-        "recall", "precision", "Precision-recall (test, positive class)"
+        "recall",
+        "precision",
+        "Precision-recall (test, positive class)",
     )
     assert pr.get_ylim() == (0, 1.02)
     assert pr.get_lines()[0].get_drawstyle() == "steps-post"
@@ -1225,9 +1228,7 @@ def test_written_overrides_keep_the_file_s_nulls_and_comments(tmp_path: Path) ->
     path = tmp_path / "params.yaml"
     path.write_text("seed: 1  # the seed\ntrain:\n  max_time: null\n  lr: 0.1\n")
     write_overrides(path, ["seed=2", "train.lr=0.5", "data.exclude=[a, b]"])
-    assert path.read_text() == (
-        "seed: 2  # the seed\ntrain:\n  max_time: null\n  lr: 0.5\ndata:\n  exclude: [a, b]\n"
-    )
+    assert path.read_text() == ("seed: 2  # the seed\ntrain:\n  max_time: null\n  lr: 0.5\ndata:\n  exclude: [a, b]\n")
 
 
 def test_a_glob_outside_data_raw_is_copied_in_as_a_folder_of_its_own(tmp_path: Path) -> None:

@@ -62,9 +62,7 @@ def seeded(keys: np.ndarray, seed: int) -> np.ndarray:
     return z ^ (z >> np.uint64(31))
 
 
-def row_keys(
-    frame: pd.DataFrame, columns: list[str], seed: int, integral: dict[str, bool] | None = None
-) -> np.ndarray:
+def row_keys(frame: pd.DataFrame, columns: list[str], seed: int, integral: dict[str, bool] | None = None) -> np.ndarray:
     """The seeded 64-bit hash (uint64) of each row's `columns`: a function of those values alone. The raw-row key
     (ROW_KEY) is hashed as it is; other columns (split.key, split.group_by) as text, numbers without a fraction as
     integers, so an id reads the same whether it is a feature (typed) or not (as read): 3, 3.0 and "3" are one id.

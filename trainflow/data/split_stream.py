@@ -99,12 +99,10 @@ def assign(
             since = np.where(held, saved, generation).astype(np.int32)
             split[b.rows] = split_of_unit[b.unit_of_row]
             since_row[b.rows] = since[b.unit_of_row]
-            if table is not None:
+            if table is not None and labels is not None:
                 table += sp.class_table(b.codes, split_of_unit[b.unit_of_row], len(labels))
-            writer.write_table(
-                pa.table([pa.array(b.keys, pa.uint64()), pa.array(split_of_unit, pa.int8()), pa.array(since)],
-                         schema=schema_out)  # fmt: skip
-            )
+            columns_out = [pa.array(b.keys, pa.uint64()), pa.array(split_of_unit, pa.int8()), pa.array(since)]
+            writer.write_table(pa.table(columns_out, schema=schema_out))
             f.unlink()
     if table is not None and labels is not None:
         notes += sp.small_class_notes(labels, table)
