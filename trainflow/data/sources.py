@@ -551,9 +551,11 @@ def _spill_csv(path: Path, shown: str, fmt: str, delimiter: str, d: DataParams, 
         out.index = _all_distinct_integers(first)
         if out.index:
             out.columns.remove(fixed[0])
-    if not out.index and _repeated(fixed):
+    if (
+        not out.index and fixed and (_repeated(fixed) or fixed[0] == UNNAMED_FIRST)
+    ):  # data, named as `_read_csv` names it
         line = _header_line(path, delimiter, d.encoding)
-        _check_unique(fixed, f"data.source: {shown}, line {line}: the header names")
+        _check_unique(["column_1", *fixed[1:]], f"data.source: {shown}, line {line}: the header names")
     return out
 
 
@@ -561,6 +563,9 @@ def _later_chunk(read: pv.ReadOptions, names: list[str]) -> pv.ReadOptions:
     return pv.ReadOptions(
         use_threads=read.use_threads, block_size=read.block_size, encoding=read.encoding, column_names=names
     )
+
+
+UNNAMED_FIRST = "\x00unnamed first column"  # while an unnamed first column's name, column_1, is another's
 
 
 def _fixed_names(raw: list[str], d: DataParams, path: Path, shown: str, delimiter: str) -> list[str]:
@@ -571,10 +576,13 @@ def _fixed_names(raw: list[str], d: DataParams, path: Path, shown: str, delimite
         return list(raw)
     fixed = [n if n != "" else f"column_{i + 1}" for i, n in enumerate(raw)]
     # An unnamed first column may be an index (known once the file is read; then its name is not checked).
-    named = fixed[1:] if raw and raw[0] == "" and len(raw) > 1 else fixed
+    maybe_index = bool(raw) and raw[0] == "" and len(raw) > 1
+    named = fixed[1:] if maybe_index else fixed
     if _repeated(named):
         line = _header_line(path, delimiter, d.encoding)
         _check_unique(named, f"data.source: {shown}, line {line}: the header names")
+    if maybe_index and fixed[0] in named:  # its name is taken: columns are read by name until the index is known
+        fixed[0] = UNNAMED_FIRST
     return fixed
 
 
