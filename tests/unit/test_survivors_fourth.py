@@ -148,3 +148,28 @@ def test_an_index_column_beside_a_column_named_column_1_is_dropped_alike_streame
     pd.testing.assert_frame_equal(tables[1], tables[0], check_exact=True)
     assert [c for c in tables[0].columns if not c.startswith("__")] == ["column_1", "label"]
     assert tables[0]["column_1"].tolist() == [2.5, 4.5, 1.5, 0.5]
+
+
+def test_a_share_of_one_sample_is_one_measurement_all_of_it_per_sample() -> None:
+    """estimate_memory with share 1 cannot probe two sizes: it measures one sample and counts it all per sample (no
+    fixed part). Linear(4, 8) -> ReLU -> Linear(8, 1), squared error, fp32: autograd keeps the input row (4 floats),
+    ReLU's output (8), the output (1) and the target (1) of one sample: 56 bytes (as test_batch_size.py works out)."""
+    import torch
+    from torch import nn
+
+    from trainflow.engine import batch_size as bs
+    from trainflow.engine.data import TensorData
+    from trainflow.engine.objective import Objective
+    from trainflow.engine.precision import Precision
+    from trainflow.params import TrainParams
+
+    class Net(nn.Sequential):  # called as trainflow calls its models: model(x=...)
+        def forward(self, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+            return super().forward(x)
+
+    torch.manual_seed(0)
+    model = Net(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    data = TensorData(torch.randn(8, 4), torch.randn(8))
+    fp32 = Precision("fp32", "cpu")
+    est = bs.estimate_memory(model, data, Objective("regression"), fp32, TrainParams(), share=1)
+    assert (est.state, est.fixed, est.per_sample) == (784, 0.0, 56.0)
