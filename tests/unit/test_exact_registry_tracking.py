@@ -1257,3 +1257,16 @@ def test_a_cron_prefect_cannot_read_is_refused_with_examples() -> None:
          "'0 3 * * *' (daily at 03:00) or '0 3 * * 1' (Mondays at 03:00); H and R are not supported "
          "(got 'every day')"),
     ]  # fmt: skip
+
+
+def test_the_confusion_matrix_names_its_axes_and_cells(figures: list[Any], tmp_path: Path) -> None:
+    """Rows are the actual class, columns the predicted one; each cell its row share over its count."""
+    from trainflow import plots
+
+    plots.confusion_matrix(np.array([0, 0, 1, 1]), np.array([0, 1, 1, 1]), ["a", "b"], tmp_path / "cm.png")
+    (fig,) = figures
+    ax = fig.axes[0]
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("predicted", "actual")
+    assert ax.get_title() == "Confusion matrix (test)\neach cell: % of the actual class's rows (count)"
+    assert [t.get_text() for t in ax.texts] == ["50%\n(1)", "50%\n(1)", "100%\n(2)"]
+    assert fig.axes[1].get_ylabel() == "share of the actual class's test rows"
