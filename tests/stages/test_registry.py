@@ -149,6 +149,10 @@ def _register_twice_at_once(
     experiment = tracking.ensure_experiment("trainflow", paths.root)
     runs = [read_json(paths.train_run)["run_id"], MlflowClient().create_run(experiment).info.run_id]
     models = [read_json(paths.train_run)["model_uri"], tracking.log_pyfunc(runs[1], paths.final, example)]
+    from mlflow.models import get_model_info
+
+    outputs = get_model_info(models[1]).signature.outputs  # what predict returns: the prediction, each class's proba
+    assert outputs is not None and "prediction" in outputs.input_names()
     barrier = threading.Barrier(2, timeout=3)
     read_champion = registry.current_champion
 

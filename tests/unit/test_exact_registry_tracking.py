@@ -1270,3 +1270,28 @@ def test_the_confusion_matrix_names_its_axes_and_cells(figures: list[Any], tmp_p
     assert ax.get_title() == "Confusion matrix (test)\neach cell: % of the actual class's rows (count)"
     assert [t.get_text() for t in ax.texts] == ["50%\n(1)", "50%\n(1)", "100%\n(2)"]
     assert fig.axes[1].get_ylabel() == "share of the actual class's test rows"
+
+
+def test_a_store_that_stops_answering_while_the_champion_is_re_scored_decides_nothing_and_says_rerun(
+    tmp_path: Path,
+) -> None:
+    """The champion's files cannot be fetched (the store is down): not "the champion stays", but a ServiceError that
+    names the store and says to rerun register; no decision tag is written."""
+    import mlflow
+
+    store = Store(tmp_path)
+    store.register({"accuracy": 0.95}, test_hash="old")
+
+    def down(uri: str) -> Any:
+        raise ConnectionError("connection reset")
+
+    with pytest.raises(ServiceError) as exc:
+        store.register({"accuracy": 0.99}, test_hash="new", rescore=down)
+    assert str(exc.value).endswith(
+        f"the MLflow tracking store at {mlflow.get_tracking_uri()} did not answer (ConnectionError: connection "
+        "reset). That is no answer about what the registry holds, so nothing was decided and the champion alias is "
+        "as it was. Rerun `trainflow stage register` (or the flow) once it answers: the rerun completes this "
+        "registration, and a run never registers a second version."
+    )
+    assert "registry_decision" not in store.version_tags(2)
+    assert store.aliases()["champion"] == "1"

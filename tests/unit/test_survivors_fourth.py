@@ -173,3 +173,30 @@ def test_a_share_of_one_sample_is_one_measurement_all_of_it_per_sample() -> None
     fp32 = Precision("fp32", "cpu")
     est = bs.estimate_memory(model, data, Objective("regression"), fp32, TrainParams(), share=1)
     assert (est.state, est.fixed, est.per_sample) == (784, 0.0, 56.0)
+
+
+def test_a_binary_curve_needs_both_classes_among_the_test_labels() -> None:
+    """ROC/PR curves of a binary task are drawn for the positive class only when the test rows hold both classes."""
+    from trainflow.plots import curve_classes
+
+    assert curve_classes(np.array([0, 1, 0]), 2) == [1]
+    assert curve_classes(np.array([0, 0, 0]), 2) == []  # no positive row: no curve
+    assert curve_classes(np.array([1, 1]), 2) == []  # no negative row: no curve
+    assert curve_classes(np.array([2, 0, 2, 1]), 3) == [2, 0, 1]  # one-vs-rest, most frequent first
+
+
+def test_a_parquet_date_column_is_ingested_as_datetimes_not_python_dates(tmp_path: Path) -> None:
+    """A date32 column of a Parquet source arrives as datetime64 (pyarrow would give Python date objects by default)."""
+    import datetime
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root = make_project(tmp_path, {"data.source": "data/raw/t.parquet", "data.target": "label"})
+    days = [datetime.date(2026, 1, 1), datetime.date(2026, 1, 2), datetime.date(2026, 1, 3), datetime.date(2026, 1, 4)]
+    table = pa.table({"day": pa.array(days, pa.date32()), "x": [1.0, 2.0, 3.0, 4.0], "label": ["a", "b", "a", "b"]})
+    pq.write_table(table, root / "data/raw/t.parquet")
+    run_stage("ingest", load_params(Paths(root).params), Paths(root))
+    out = pd.read_parquet(Paths(root).table)
+    assert out["day"].dtype.kind == "M"
+    assert out["day"].tolist() == [pd.Timestamp(d) for d in days]
