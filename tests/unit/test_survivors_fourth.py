@@ -200,3 +200,17 @@ def test_a_parquet_date_column_is_ingested_as_datetimes_not_python_dates(tmp_pat
     out = pd.read_parquet(Paths(root).table)
     assert out["day"].dtype.kind == "M"
     assert out["day"].tolist() == [pd.Timestamp(d) for d in days]
+
+
+class _UserModel:  # a model class of the user's (any module outside trainflow)
+    pass
+
+
+def test_a_user_models_source_names_its_module_and_file() -> None:
+    """user_source of a model defined in this test module: its module and its file."""
+    from trainflow.models import user_source
+
+    got = user_source(_UserModel())  # type: ignore[arg-type]
+    assert got is not None
+    here = str(Path(__file__).resolve())
+    assert (got["module"], got["file"]) == (__name__, here)
