@@ -214,3 +214,23 @@ def test_a_user_models_source_names_its_module_and_file() -> None:
     assert got is not None
     here = str(Path(__file__).resolve())
     assert (got["module"], got["file"]) == (__name__, here)
+
+
+def test_object_columns_of_booleans_and_of_datetimes_are_typed_from_their_python_values() -> None:
+    """A column of Python True/False/None (object dtype, as JSON gives it) is a nullable boolean; one of Python
+    datetimes with time zones is datetime64 in UTC (naive): 10:00+02:00 is 08:00 UTC."""
+    import datetime
+
+    tz = datetime.timezone(datetime.timedelta(hours=2))
+    frame = pd.DataFrame(
+        {
+            "flag": pd.Series([True, False, None, True], dtype=object),
+            "when": pd.Series([datetime.datetime(2026, 1, d, 10, tzinfo=tz) for d in (1, 2, 3, 4)], dtype=object),
+            "y": ["a", "b", "a", "b"],
+        }
+    )
+    schema, out = infer_schema(_Table(frame), DataParams(target="y"), None)
+    assert (schema.kinds["flag"], schema.kinds["when"]) == ("boolean", "datetime")
+    assert out["flag"].tolist() == [True, False, pd.NA, True]
+    expected = np.array([f"2026-01-0{d}T08:00" for d in (1, 2, 3, 4)], dtype="datetime64[ns]")
+    np.testing.assert_array_equal(out["when"].to_numpy(), expected)
