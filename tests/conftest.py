@@ -15,6 +15,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -95,6 +96,16 @@ def committed(rel: str, root: Path = REPO) -> dict[str, bytes]:
         name: subprocess.run([*git, "show", f"HEAD:{name}"], capture_output=True, check=True).stdout
         for name in names.stdout.splitlines()
     }
+
+
+def model_run(client: Any, experiment: str, where: Path) -> str:
+    """A run holding a stand-in model (a directory with an MLmodel file: what register_model looks for)."""
+    run_id = str(client.create_run(experiment).info.run_id)
+    model = where / run_id / "model"
+    model.mkdir(parents=True)
+    (model / "MLmodel").write_text("flavors: {}\n")
+    client.log_artifacts(run_id, str(model), "model")
+    return run_id
 
 
 def make_project(dest: Path, params: dict[str, object] | None = None) -> Path:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import blobs, retrain
+from conftest import blobs, model_run, retrain
 from mlflow.exceptions import MlflowException, RestException
 from mlflow.protos.databricks_pb2 import (
     ENDPOINT_NOT_FOUND,
@@ -301,16 +301,6 @@ SERVICE_FAILURES = {
 }
 
 
-def _model_run(client: Any, experiment: str, where: Path) -> str:
-    """A run holding a stand-in model (a directory with an MLmodel file: what register_model looks for)."""
-    run_id = str(client.create_run(experiment).info.run_id)
-    model = where / run_id / "model"
-    model.mkdir(parents=True)
-    (model / "MLmodel").write_text("flavors: {}\n")
-    client.log_artifacts(run_id, str(model), "model")
-    return run_id
-
-
 class Registry:
     """The test's registry: this test's SQLite store (set first: mlflow keeps the last test's URI otherwise)."""
 
@@ -325,7 +315,7 @@ class Registry:
         self.experiment = tracking.ensure_experiment("trainflow", root)
 
     def with_champion(self, accuracy: float = 0.99, test_hash: str = "h") -> Registry:
-        run_id = _model_run(self.client, self.experiment, self.root / "models")
+        run_id = model_run(self.client, self.experiment, self.root / "models")
         source = f"{self.client.get_run(run_id).info.artifact_uri}/model"
         tags = {"metric.accuracy": repr(accuracy), registry.TEST_HASH_TAG: test_hash}
         version = self.client.create_model_version("m", source, run_id=run_id, tags=tags).version
@@ -334,7 +324,7 @@ class Registry:
 
     def register(self, accuracy: float, run_id: str | None = None, **kwargs: Any) -> tuple[str, dict[str, Any]]:
         """Register a new run's model (or `run_id`'s again: a retry) at `accuracy`; the run id and registration."""
-        run_id = run_id or _model_run(self.client, self.experiment, self.root / "models")
+        run_id = run_id or model_run(self.client, self.experiment, self.root / "models")
         kwargs = {"test_hash": "h", "rescore": unexpected_rescore, **kwargs}
         params = RegisterParams(model_name="m", decide="point")  # the registry mechanics, on made-up accuracies
         return run_id, registry.register(f"runs:/{run_id}/model", run_id, params, {"accuracy": accuracy}, {}, **kwargs)

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import model_run
 
 from trainflow import registry, tracking
 from trainflow.errors import ParamsError, ServiceError, UserError
@@ -442,16 +443,6 @@ def test_a_failed_registry_call_says_what_where_and_that_nothing_changed(tmp_pat
     )
 
 
-def _model_run(client: Any, experiment: str, where: Path) -> str:
-    """A run holding a stand-in model (a directory with an MLmodel file: what register_model looks for)."""
-    run_id = str(client.create_run(experiment).info.run_id)
-    model = where / run_id / "model"
-    model.mkdir(parents=True)
-    (model / "MLmodel").write_text("flavors: {}\n")
-    client.log_artifacts(run_id, str(model), "model")
-    return run_id
-
-
 class Store:
     """This test's registry (a SQLite store in tmp_path) and registrations of stand-in models into model "m"."""
 
@@ -464,7 +455,7 @@ class Store:
         self.experiment = tracking.ensure_experiment("trainflow", root)
 
     def run(self) -> str:
-        return _model_run(self.client, self.experiment, self.root / "models")
+        return model_run(self.client, self.experiment, self.root / "models")
 
     def register(
         self,
