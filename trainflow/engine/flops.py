@@ -37,8 +37,10 @@ _GPUS: tuple[tuple[str, float | None, float | None, float | None, float], ...] =
 
 
 def _tf32_enabled() -> bool:
-    """Whether float32 matmuls on CUDA may run on tf32 tensor cores."""
-    return bool(torch.backends.cuda.matmul.allow_tf32) or torch.get_float32_matmul_precision() != "highest"
+    """Whether float32 matmuls on CUDA may run on tf32 tensor cores. The legacy flag is the one answer every torch
+    gives: it follows torch.set_float32_matmul_precision too, while torch >= 2.9's get_float32_matmul_precision
+    raises once both APIs were used (a user's set_float32_matmul_precision("high"), then train.tf32: false)."""
+    return bool(torch.backends.cuda.matmul.allow_tf32)
 
 
 def peak_flops(device: torch.device, dtype: torch.dtype) -> float | None:
