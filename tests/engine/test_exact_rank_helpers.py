@@ -252,3 +252,48 @@ def test_tf32_is_enabled_by_either_api_and_the_last_setting_wins(settings: list,
         assert _tf32_enabled() is expected
     finally:
         torch.backends.cuda.matmul.fp32_precision = saved
+
+
+# --- what another process reads: the workspace's holder, the MLflow pyfunc -------------------------------------------
+
+
+def test_the_holder_of_a_workspace_is_named_from_its_record_or_as_another_process(tmp_path: Path) -> None:
+    import datetime
+    import json
+
+    from trainflow.workspace import holder, lock_file
+
+    record = lock_file(tmp_path).with_suffix(".json")
+    assert holder(tmp_path) == "another process"  # no record
+    record.parent.mkdir(parents=True, exist_ok=True)
+    since = 1_780_000_000.5
+    started = datetime.datetime.fromtimestamp(since).strftime("%Y-%m-%d %H:%M:%S")
+    record.write_text(json.dumps({"command": "trainflow run", "pid": 4242, "since": since}))
+    assert holder(tmp_path) == f"`trainflow run` (pid 4242, since {started})"
+    for broken in ("{", json.dumps({"command": "x", "since": since}), json.dumps({"command": "x", "pid": 1,
+                   "since": "soon"}), json.dumps({"command": "x", "pid": 1, "since": None}), "[]"):  # fmt: skip
+        record.write_text(broken)
+        assert holder(tmp_path) == "another process", broken
+
+
+def test_the_pyfunc_loads_the_exported_model_from_its_artifact_and_predicts_a_frame(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pandas as pd
+
+    from trainflow import serving
+
+    loaded: list[Path] = []
+
+    class Exported:
+        def predict_frame(self, frame: pd.DataFrame) -> pd.DataFrame:
+            return frame.assign(prediction=frame["x"] * 2)
+
+    monkeypatch.setattr(serving.ExportedModel, "load", staticmethod(lambda path: loaded.append(path) or Exported()))
+    model = serving.TrainflowModel()
+    model.load_context(types.SimpleNamespace(artifacts={"model_dir": str(tmp_path / "final")}))
+    assert loaded == [tmp_path / "final"]
+    out = model.predict(None, {"x": [1, 2]})  # a dict (MLflow's JSON input) becomes a frame
+    pd.testing.assert_frame_equal(out, pd.DataFrame({"x": [1, 2], "prediction": [2, 4]}))
+    frame = pd.DataFrame({"x": [5]})
+    pd.testing.assert_frame_equal(model.predict(None, frame), pd.DataFrame({"x": [5], "prediction": [10]}))
