@@ -631,9 +631,13 @@ def _check_closed_quotes(
     value = last[table.num_rows - 1].as_py()
     if value is None or ("\n" not in value and "\r" not in value):
         return
-    with path.open("rb") as f:
-        f.seek(max(f.seek(0, 2) - 16, 0))
-        tail = f.read().rstrip(b"\r\n\x00 \t")
+    with path.open("rb") as f:  # the file's last byte that is not blank: it may end in any number of blank lines
+        end, tail = f.seek(0, 2), b""
+        while end > 0 and not tail:
+            start = max(end - 4096, 0)
+            f.seek(start)
+            tail = f.read(end - start).rstrip(b"\r\n\x00 \t")
+            end = start
     if tail.endswith(b'"'):
         return
     record = first_record + table.num_rows - 1
