@@ -5,6 +5,7 @@ numpy/sklearn directly."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,16 +18,20 @@ from trainflow import plots
 
 
 @pytest.fixture
-def figures(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """Every figure a plot closes, kept open to read back (plt.close is called with the figure it drew)."""
+def figures(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
+    """Every figure a plot closes, kept open to read back (plt.close is called with the figure it drew), and closed
+    after the test (pyplot keeps open figures: the suite would hold dozens)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    close = plt.close
     kept: list[Any] = []
     monkeypatch.setattr(plt, "close", kept.append)
-    return kept
+    yield kept
+    for fig in kept:
+        close(fig)
 
 
 def png_size(path: Path) -> tuple[int, int]:
