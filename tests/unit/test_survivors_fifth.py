@@ -1,0 +1,80 @@
+"""Tests for the survivors of the fifth (blind) mutation sample (BENCHMARKS.md, issue 24): each pins a behaviour a
+mutant changed without any test noticing, against values worked out by hand."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from trainflow.errors import DataError
+from trainflow.params import PipelineParams
+from trainflow.paths import Paths
+
+
+def test_a_missing_or_damaged_processed_table_says_how_to_restore_it(tmp_path: Path) -> None:
+    paths = Paths(tmp_path)
+    fix = (
+        "restore the version DVC committed with `dvc checkout --force data/processed`, or write it again with "
+        "`trainflow stage ingest`"
+    )
+    with pytest.raises(DataError) as exc:
+        paths.read_table()
+    assert str(exc.value) == f"{paths.table} is missing; {fix}"
+    paths.table.parent.mkdir(parents=True)
+    paths.table.write_bytes(b"PAR1 not a parquet file")
+    with pytest.raises(DataError) as exc:
+        paths.read_table()
+    assert str(exc.value).startswith(f"{paths.table} cannot be read, it is corrupt or truncated (")
+    assert str(exc.value).endswith(f"); {fix}")
+    pd.DataFrame({"a": [1, 2]}).to_parquet(paths.table)
+    assert paths.read_table()["a"].tolist() == [1, 2]
+
+
+class Claim:
+    def __init__(self, number: int, log: list[str]) -> None:
+        self.number, self.log = number, log
+
+    def release(self) -> None:
+        self.log.append(f"release {self.number}")
+
+
+@pytest.mark.parametrize(("max_trials", "ran"), [(None, 3), (1, 1), (2, 2), (5, 3)])
+def test_a_worker_runs_trials_until_none_is_left_or_its_limit_and_counts_them(
+    max_trials: int | None, ran: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`trainflow tune work --max-trials N`: a worker claims and runs at most N trials of the three left, releasing
+    each claim, and returns how many it ran."""
+    import trainflow.tune as tune
+    from trainflow.tune import study, trial
+
+    log: list[str] = []
+    left = [Claim(n, log) for n in (1, 2, 3)]
+    monkeypatch.setattr(tune, "parent_run", lambda params, root: "on_create")
+    monkeypatch.setattr(study, "open_study", lambda *a, **kw: log.append(f"open {a[2:]} {kw}") or "the study")
+    monkeypatch.setattr(study, "claim", lambda s: left.pop(0) if left else None)
+    monkeypatch.setattr(trial, "run", lambda s, c, data: log.append(f"run {c.number} of {s} on {data}"))
+    assert tune.work(PipelineParams(), tmp_path, 3, "data9", "code9", max_trials) == ran
+    assert log == ["open (3, 'data9', 'code9') {'on_create': 'on_create'}"] + [
+        entry for n in range(1, ran + 1) for entry in (f"run {n} of the study on data9", f"release {n}")
+    ]
+
+
+def test_a_trial_that_raises_still_releases_its_claim(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import trainflow.tune as tune
+    from trainflow.tune import study, trial
+
+    log: list[str] = []
+    monkeypatch.setattr(tune, "parent_run", lambda params, root: None)
+    monkeypatch.setattr(study, "open_study", lambda *a, **kw: "s")
+    monkeypatch.setattr(study, "claim", lambda s: Claim(7, log))
+
+    def fail(s: Any, c: Any, data: str) -> None:
+        raise RuntimeError("trial crashed")
+
+    monkeypatch.setattr(trial, "run", fail)
+    with pytest.raises(RuntimeError, match="trial crashed"):
+        tune.work(PipelineParams(), tmp_path, 1, "d", "c")
+    assert log == ["release 7"]
