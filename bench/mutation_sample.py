@@ -13,6 +13,10 @@ last stopped.
   .venv/bin/python bench/mutation_sample.py --names sample.txt --jobs 2 --seed 0
   .venv/bin/python bench/mutation_report.py
 
+--also TEST ...: tests run for every mutant after the ones mutmut's stats name (test files newer than the stats,
+when mutmut cannot time them): a test that never calls the mutated function passes, so more tests change no verdict,
+they only cost time.
+
 A mutant no test reaches is recorded as mutmut records it (33, unreached); a timeout as mutmut's 36 (killed: the
 tests noticed something never ends).
 """
@@ -101,6 +105,7 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0, help="the order the mutants run in")
     ap.add_argument("--timeout", type=int, default=1200, help="seconds one mutant's tests may take")
+    ap.add_argument("--also", nargs="*", default=[], help="tests to run for every mutant, after mutmut's choice")
     a = ap.parse_args()
     mutants = Path(a.mutants).resolve()
     stats = json.loads((mutants / "mutmut-stats.json").read_text())
@@ -111,7 +116,8 @@ def main() -> int:
     print(f"{len(names)} mutants, {len(names) - len(todo)} already run; running {len(todo)}", flush=True)
 
     def tests_for(name: str) -> list[str]:
-        return sorted(by_function.get(name.rsplit("__mutmut_", 1)[0], []), key=lambda t: duration.get(t, 0.0))
+        chosen = sorted(by_function.get(name.rsplit("__mutmut_", 1)[0], []), key=lambda t: duration.get(t, 0.0))
+        return chosen + [t for t in a.also if t not in chosen]
 
     counts = {"killed": 0, "survived": 0, "unreached": 0}
     with ThreadPoolExecutor(a.jobs) as pool:
