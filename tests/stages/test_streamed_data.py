@@ -232,8 +232,11 @@ def test_a_streamed_predict_refuses_an_input_with_prediction_columns_and_writes_
     paths = Paths(project)
     run_stage("train", load_params(paths.params), paths)
     table(n=50).assign(prediction=1.0).to_parquet(tmp_path / "in.parquet")
-    with pytest.raises(UserError, match="already has prediction column"):
+    with pytest.raises(UserError) as exc:
         predict_file(str(paths.final), tmp_path / "in.parquet", tmp_path / "out.csv", 16, 0.0001)
+    assert str(exc.value) == (
+        f"--input {tmp_path / 'in.parquet'}: already has prediction column(s) ['prediction']; drop or rename them first"
+    )
     assert not (tmp_path / "out.csv").exists()
 
 
