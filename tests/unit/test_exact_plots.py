@@ -458,3 +458,28 @@ def test_roc_titles_by_the_number_of_classes(
     assert [t.get_text() for t in pr.get_legend().get_texts()] == [
         f"c{c} (AP {average_precision_score(labels == c, proba[:, c]):.3f})" for c in order
     ]
+
+
+@pytest.mark.parametrize("draw", ["confusion_matrix", "predicted_vs_actual", "roc_pr_curves", "training_curves"])
+def test_each_png_has_its_pixel_size_whatever_matplotlibrc_sets(tmp_path: Path, draw: str) -> None:
+    """Every plot saves at dpi 100 itself: a user's matplotlibrc (figure.dpi, savefig.dpi) changes no PNG."""
+    import matplotlib
+
+    sizes = {}
+    for dpi in (100, 37):
+        with matplotlib.rc_context({"figure.dpi": dpi, "savefig.dpi": dpi}):
+            png = tmp_path / f"{draw}{dpi}.png"
+            if draw == "confusion_matrix":
+                plots.confusion_matrix(np.array([0, 1, 1]), np.array([0, 1, 0]), ["a", "b"], png)
+            elif draw == "predicted_vs_actual":
+                plots.predicted_vs_actual(np.array([0.0, 1.0, 2.0]), np.array([0.5, 1.0, 1.5]), png)
+            elif draw == "roc_pr_curves":
+                proba = np.array([[0.8, 0.2], [0.3, 0.7], [0.6, 0.4]])
+                plots.roc_pr_curves(np.array([0, 1, 1]), proba, ["a", "b"], png)
+            else:
+                history = pd.DataFrame(
+                    {"step": [1, 2], "epoch": [0, 1], "train_loss": [1.0, 0.5], "val_loss": [1.1, 0.6]}
+                )
+                plots.training_curves(history, png)
+            sizes[dpi] = png_size(png)
+    assert sizes[37] == sizes[100]
