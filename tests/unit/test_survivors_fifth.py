@@ -8,10 +8,14 @@ from typing import Any
 
 import pandas as pd
 import pytest
+import test_tune_in_process as in_process
+from test_tune_in_process import mlflow_runs, sweep_params
 
 from trainflow.errors import DataError
 from trainflow.params import PipelineParams
 from trainflow.paths import Paths
+
+prepared, project = in_process.prepared, in_process.project  # the iris project and its own MLflow store
 
 
 def test_a_missing_or_damaged_processed_table_says_how_to_restore_it(tmp_path: Path) -> None:
@@ -95,3 +99,39 @@ def test_layer_decay_on_a_model_without_numbered_layers_names_params_yaml_and_th
         "to null, or give layers their own rates with train.param_groups\n"
         "Fix params.yaml or the -S override, then rerun (`trainflow params schema` lists every field)."
     )
+
+
+class Killed(Exception):
+    """Stands in for the SIGKILL a failpoint sends."""
+
+
+def test_a_ray_sweep_killed_after_starting_its_parent_run_finds_that_run_again(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed at the failpoint tune-parent (the study's MLflow run started, its id not yet recorded): the record
+    holds the run's key and no id; the next sweep finds the run by that key and records it, never a second run."""
+    import json
+
+    import trainflow.io
+    from trainflow.tune import ray_backend, runs
+
+    real = trainflow.io.failpoint
+
+    def failpoint(name: str) -> None:
+        if name == "tune-parent":
+            raise Killed(name)
+        real(name)
+
+    p = sweep_params(project)
+    experiment = project / "models/tune/trainflow/ray"
+    record = experiment.parent / f"{p.tune.study}.parent.json"
+    with monkeypatch.context() as m:
+        m.setattr(trainflow.io, "failpoint", failpoint)
+        with pytest.raises(Killed):
+            ray_backend._parent(p, Paths(project), experiment)
+    (started,) = mlflow_runs(project)
+    key = started.data.tags[runs.KEY_TAG]
+    assert {k: v for k, v in json.loads(record.read_text()).items() if k != "identity"} == {"key": key, "run_id": None}
+    assert ray_backend._parent(p, Paths(project), experiment) == started.info.run_id
+    assert json.loads(record.read_text())["run_id"] == started.info.run_id
+    assert [r.info.run_id for r in mlflow_runs(project)] == [started.info.run_id]
