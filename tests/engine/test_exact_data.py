@@ -3,6 +3,8 @@ prefetch thread decodes ahead, each against values written out by hand (trainflo
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -12,6 +14,7 @@ from trainflow.engine.data import (
     Batch,
     ImageData,
     MemmapData,
+    RowFile,
     TensorData,
     TextData,
     _to,
@@ -69,12 +72,65 @@ def test_a_memory_mapped_table_gathers_the_same_rows_as_a_tensor_one(tmp_path) -
     assert same(b.inputs["x"], T([[10.0, 11.0], [0.0, 1.0], [4.0, 5.0]])) and same(b.target, T([2, 0, 2]))
     assert b.count == 3 and (data.count(T([1, 2])), data.tokens(T([1, 2]))) == (2, 0)
     b.inputs["x"][0, 0] = -1.0  # a copy: writable, and the file's pages are untouched
-    assert data.x[5, 0] == 10.0
+    assert data.x.array[5, 0] == 10.0
     sub = data.subset(T([4, 1]))
     assert isinstance(sub, TensorData) and same(sub.x, T([[8.0, 9.0], [2.0, 3.0]])) and same(sub.y, T([1, 1]))
     data.to(torch.device("meta"))
     assert data.device == torch.device("meta") and data.index_device == torch.device("cpu")
-    assert data.batch(T([0])).inputs["x"].device.type == "meta" and isinstance(data.x, np.memmap)
+    assert data.batch(T([0])).inputs["x"].device.type == "meta" and isinstance(data.x.array, np.memmap)
+
+
+def test_rows_are_read_from_the_file_at_the_views_own_offset_and_a_truncated_file_is_named(tmp_path) -> None:
+    x = np.arange(40, dtype=np.float32).reshape(10, 4)
+    np.save(tmp_path / "x.npy", x)
+    mapped = np.load(tmp_path / "x.npy", mmap_mode="r")
+    rows = RowFile(mapped[3:])  # a view: its first row is row 3 of the file
+    assert rows.fd is not None and len(rows) == 7
+    got = rows.take(np.array([6, 0, 2, 2]))
+    assert got.flags.writeable and got.dtype == np.float32 and np.array_equal(got, x[[9, 3, 5, 5]])
+    assert np.array_equal(RowFile(x).take(np.array([1])), x[[1]]) and RowFile(x).fd is None  # in memory: indexed
+    with open(tmp_path / "x.npy", "r+b") as f:
+        f.truncate(f.seek(0, 2) - 8)  # the last row's second half gone
+    with pytest.raises(ValueError) as exc:
+        rows.take(np.array([6]))
+    assert str(exc.value) == f"{tmp_path / 'x.npy'} is shorter than its header says: was it truncated?"
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the process's RSS from /proc")
+def test_reading_every_row_of_a_memory_mapped_table_keeps_its_pages_out_of_the_process(tmp_path) -> None:
+    """The guarantee behind a streamed training's bounded memory: gathering through the memory map would map the
+    pages of the whole file into the process (RssFile grows by about the file's 64 MiB); read rows are copies."""
+
+    def rss_file_mib() -> float:
+        line = next(s for s in Path("/proc/self/status").read_text().splitlines() if s.startswith("RssFile"))
+        return int(line.split()[1]) / 1024
+
+    n, width = 1 << 16, 256  # 64 MiB of float32
+    x = np.lib.format.open_memmap(tmp_path / "x.npy", mode="w+", dtype=np.float32, shape=(n, width))
+    x[:] = np.arange(width, dtype=np.float32)
+    x.flush()
+    del x
+    y = np.zeros(n, np.int64)
+    data = MemmapData(np.load(tmp_path / "x.npy", mmap_mode="r"), y)
+    order = data.epoch_order(0, 0)
+    before = rss_file_mib()
+    for lo in range(0, n, 4096):
+        batch = data.batch(order[lo : lo + 4096])
+        assert batch.inputs["x"][0, 7] == 7.0
+    assert rss_file_mib() - before < 16
+
+
+def test_a_memory_mapped_table_reads_the_next_window_of_the_epochs_order_ahead(tmp_path) -> None:
+    x = np.arange(12, dtype=np.float32).reshape(6, 2)
+    np.save(tmp_path / "x.npy", x)
+    data = MemmapData(np.load(tmp_path / "x.npy", mmap_mode="r"), np.arange(6))
+    order = data.epoch_order(3, 1)
+    assert order.tolist() == epoch_order(6, 3, 1).tolist()
+    first = data.batch(order[:2])
+    assert data.ahead._next is not None and data.ahead._next[0].tolist() == order[2:4].tolist()
+    second = data.batch(order[2:4])  # the one read ahead
+    for b, rows in ((first, order[:2]), (second, order[2:4])):
+        assert same(b.inputs["x"], torch.from_numpy(x[rows.numpy()])) and same(b.target, rows)
 
 
 # --- text --------------------------------------------------------------------------------------------------------
@@ -204,35 +260,35 @@ def test_images_decoded_on_demand_prefetch_the_next_window_of_the_epochs_order()
     first = data.batch(order[0:2])
     assert same(first.inputs["images"], normalised(order[0:2].tolist()))
     assert same(first.target, TARGETS[order[0:2]])
-    assert data._next is not None and data._next[0].tolist() == order[2:4].tolist()
-    data._next[2].result()
+    assert data.ahead._next is not None and data.ahead._next[0].tolist() == order[2:4].tolist()
+    data.ahead._next[2].result()
     assert decode.calls == [order[0:2].tolist(), order[2:4].tolist()]  # this window, then the next ahead
     second = data.batch(order[2:4])  # the prefetched one: not decoded again
     assert same(second.inputs["images"], normalised(order[2:4].tolist()))
-    data._next[2].result()  # type: ignore[index]
+    data.ahead._next[2].result()  # type: ignore[index]
     assert decode.calls[2:] == [order[4:6].tolist()]
     data.batch(order[4:6])  # the last window: nothing follows it
-    assert data._next is None and len(decode.calls) == 3
+    assert data.ahead._next is None and len(decode.calls) == 3
     other = T([order[1].item(), order[0].item()])  # not a run of the order (a rank's shard): made on the spot
     data.batch(other)
-    assert decode.calls[3:] == [other.tolist()] and data._next is None
+    assert decode.calls[3:] == [other.tolist()] and data.ahead._next is None
 
 
 def test_evaluation_prefetches_in_index_order_and_a_new_epoch_drops_what_was_prefetched() -> None:
     decode = Decoder()
     data = ImageData(decode, TARGETS, MEAN, STD)
     data.batch(T([0, 1, 2, 3]))  # no epoch order asked for: index order, windows of 4
-    assert data._next is not None and data._next[0].tolist() == [4, 5]  # the rest: a shorter window
-    data._next[2].result()
+    assert data.ahead._next is not None and data.ahead._next[0].tolist() == [4, 5]  # the rest: a shorter window
+    data.ahead._next[2].result()
     data.batch(T([4, 5]))
-    assert decode.calls == [[0, 1, 2, 3], [4, 5]] and data._next is None
-    assert data._following(T([1, 3])) is None and data._following(T([], dtype=torch.long)) is None
-    assert data._following(T([2, 3])).tolist() == [4, 5]  # type: ignore[union-attr]
+    assert decode.calls == [[0, 1, 2, 3], [4, 5]] and data.ahead._next is None
+    assert data.ahead._following(T([1, 3])) is None and data.ahead._following(T([], dtype=torch.long)) is None
+    assert data.ahead._following(T([2, 3])).tolist() == [4, 5]  # type: ignore[union-attr]
     data.batch(T([0, 1]))
-    assert data._next is not None
+    assert data.ahead._next is not None
     data.epoch_order(1, 1)
-    assert data._next is None and data._position is not None
-    assert [int(data._position[i]) for i in data._order.tolist()] == list(range(6))  # type: ignore[union-attr]
+    assert data.ahead._next is None and data.ahead._position is not None
+    assert [int(data.ahead._position[i]) for i in data.ahead._order.tolist()] == list(range(6))  # type: ignore[union-attr]
 
 
 def test_a_prefetched_batch_of_another_epoch_is_made_again() -> None:
@@ -240,7 +296,7 @@ def test_a_prefetched_batch_of_another_epoch_is_made_again() -> None:
     data = ImageData(decode, TARGETS, MEAN, STD)
     order = data.epoch_order(0, 0)
     data.batch(order[0:3])
-    data._next[2].result()  # type: ignore[index]
+    data.ahead._next[2].result()  # type: ignore[index]
     data.epoch = 1  # the same indices asked for in another epoch: the prefetched batch is epoch 0's
     data.batch(order[3:6])
     assert decode.calls == [order[0:3].tolist(), order[3:6].tolist(), order[3:6].tolist()]

@@ -7,6 +7,8 @@ position is an index into that order, a resumed run continues from the next wind
 
 from __future__ import annotations
 
+import mmap
+import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -86,30 +88,129 @@ class TensorData:
         return TensorData(self.x[idx.to(self.device)], self.y[idx.to(self.device)], self.device)
 
 
+class RowFile:
+    """The rows of a C-ordered array: read from its file by `pread` when it is memory-mapped (np.load with
+    mmap_mode="r"), else indexed in memory. A read copies just the rows asked for, so the process holds no more than
+    the batch: gathering through the memory map itself would map every page it touches into the process (on kernels
+    whose page cache keeps large folios, 2 MiB around each random row), and its RSS would grow to the whole file."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+        self.shape, self.dtype, self.stride = array.shape[1:], array.dtype, array.strides[0]
+        self.fd: int | None = None
+        self.filename = str(getattr(array, "filename", None))
+        mapped = getattr(array, "_mmap", None)
+        if isinstance(array, np.memmap) and isinstance(mapped, mmap.mmap) and array.flags.c_contiguous and len(array):
+            # where the first row lies in the file: np.memmap maps from `offset` rounded down to the allocation
+            # granularity, and the array may start further in (a view)
+            mapped_from = array.offset - array.offset % mmap.ALLOCATIONGRANULARITY
+            base = np.frombuffer(mapped, np.uint8).ctypes.data
+            self.start = mapped_from + array.ctypes.data - base
+            self.fd = os.open(self.filename, os.O_RDONLY)
+
+    def __len__(self) -> int:
+        return len(self.array)
+
+    def take(self, i: np.ndarray) -> np.ndarray:
+        """Rows `i` (in that order), a new writable array."""
+        if self.fd is None:
+            return np.asarray(self.array[i])  # fancy indexing copies
+        fd, start, stride = self.fd, self.start, self.stride
+        raw = b"".join([os.pread(fd, stride, start + row * stride) for row in i.tolist()])
+        if len(raw) != stride * len(i):
+            raise ValueError(f"{self.filename} is shorter than its header says: was it truncated?")
+        return np.frombuffer(raw, self.dtype).reshape(len(i), *self.shape).copy()
+
+    def __del__(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+
+
+class Lookahead:
+    """Makes the next batch in a background thread while the model trains on this one. The next batch is predicted as
+    the window that follows this one in the epoch's order (`order`), or in index order (evaluation, or before an
+    order is set); when the caller asks for another (a rank's shard), the batch is made on the spot. Either way the
+    batch is `make(idx, epoch)`, so what comes out never depends on whether the prediction was right."""
+
+    def __init__(
+        self, n: int, make: Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]], name: str
+    ) -> None:
+        self.n, self.make, self.name = n, make, name
+        self._order: torch.Tensor | None = None  # this epoch's order (None: index order)
+        self._position: torch.Tensor | None = None  # sample index -> its position in _order
+        self._next: tuple[torch.Tensor, int, Future[tuple[torch.Tensor, torch.Tensor]]] | None = None
+        self._pool: ThreadPoolExecutor | None = None
+
+    def order(self, order: torch.Tensor) -> None:
+        """The epoch's order, which the following windows are predicted from."""
+        self._order = order
+        self._position = torch.empty_like(order)
+        self._position[order] = torch.arange(len(order))
+        self._next = None
+
+    def get(self, idx: torch.Tensor, epoch: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """make(idx, epoch), made ahead when it was predicted; then the one after it is started."""
+        ready, self._next = self._next, None
+        if ready is not None and ready[1] == epoch and torch.equal(ready[0], idx):
+            made = ready[2].result()
+        else:
+            made = self.make(idx, epoch)
+        following = self._following(idx)
+        if following is not None:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"trainflow-{self.name}")
+            self._next = (following, epoch, self._pool.submit(self.make, following, epoch))
+        return made
+
+    def _following(self, idx: torch.Tensor) -> torch.Tensor | None:
+        """The window after `idx` when `idx` is a run of consecutive positions of the order; else None."""
+        n = self.n
+        if len(idx) == 0:
+            return None
+        if self._order is None or self._position is None:
+            start = int(idx[0])
+            if not torch.equal(idx, torch.arange(start, start + len(idx))) or start + len(idx) >= n:
+                return None
+            return torch.arange(start + len(idx), min(start + 2 * len(idx), n))
+        start = int(self._position[idx[0]])
+        stop = start + len(idx)
+        if stop >= n or not torch.equal(self._order[start:stop], idx):
+            return None
+        return self._order[stop : stop + len(idx)]
+
+
 class MemmapData:
-    """A table larger than the memory budget: `x` [N, F] float32 and `y` [N] memory-mapped on the host (np.load with
-    mmap_mode="r"; trainflow.data.stream writes them). A batch is an index gather there, copied to the device: the
-    same rows in the same order as TensorData gathers, so the same updates bit for bit, while only the pages a batch
-    touches are read. The sample order stays the engine's (one permutation per (seed, epoch)), so exact accumulation
-    and resume across world sizes hold unchanged; the price is a random read per sample once the file is bigger than
-    the page cache (bench/random_access.py)."""
+    """A table larger than the memory budget: `x` [N, F] float32 and `y` [N] in .npy files on the host (np.load with
+    mmap_mode="r"; trainflow.data.stream writes them). A batch is the rows `idx` read from the files (`RowFile`: a
+    `pread` per row, never more than the batch held), copied to the device: the same rows in the same order as
+    TensorData gathers, so the same updates bit for bit. A background thread reads the next batch while this one
+    trains (`Lookahead`). The sample order stays the engine's (one permutation per (seed, epoch)), so exact
+    accumulation and resume across world sizes hold unchanged; the price is a random read per sample, from the page
+    cache or, once the file is bigger than it, from the disk (bench/random_access.py)."""
 
     def __init__(self, x: np.ndarray, y: np.ndarray, device: torch.device | str = "cpu") -> None:
         if len(x) != len(y):
             raise ValueError(f"x has {len(x)} rows but y has {len(y)}")
-        self.x, self.y = x, y
+        self.x, self.y = RowFile(x), RowFile(y)
         self.device = torch.device(device)
-        self.index_device = torch.device("cpu")  # the gather happens in the host's page cache
+        self.index_device = torch.device("cpu")  # the rows are read on the host
+        self.ahead = Lookahead(len(y), lambda idx, _: self._rows(idx), "rows")
 
     def __len__(self) -> int:
         return len(self.y)
 
+    def epoch_order(self, seed: int, epoch: int) -> torch.Tensor:
+        """epoch_order(n, seed, epoch), which the next batch is predicted from."""
+        order = epoch_order(len(self), seed, epoch)
+        self.ahead.order(order)
+        return order
+
     def _rows(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         i = idx.numpy()
-        return torch.from_numpy(self.x[i]), torch.from_numpy(self.y[i])  # fancy indexing copies: writable tensors
+        return torch.from_numpy(self.x.take(i)), torch.from_numpy(self.y.take(i))
 
     def batch(self, idx: torch.Tensor) -> Batch:
-        x, y = self._rows(idx)
+        x, y = self.ahead.get(idx.cpu(), 0)
         return Batch({"x": _to(x, self.device)}, _to(y, self.device), count=len(idx))
 
     def count(self, idx: torch.Tensor) -> int:
@@ -231,10 +332,9 @@ class ImageData:
 
     `images` is either every image decoded, a uint8 tensor [N, C, H, W] (small data: decoded once; it moves to the
     training device and a batch is an index gather there), or `decode(indices) -> uint8 [n, C, H, W]` (data too big
-    to hold decoded): then a background thread prepares the next batch while the model trains on this one. The next
-    batch is predicted as the window that follows this one in the epoch's order (or in index order, for evaluation);
-    when the trainer asks for another (a rank's shard), the batch is made on the spot. Either way a batch is a
-    function of (seed, epoch, indices) only: augmentation draws from `augment.uniforms`, never from a generator.
+    to hold decoded): then a background thread prepares the next batch while the model trains on this one
+    (`Lookahead`). Either way a batch is a function of (seed, epoch, indices) only: augmentation draws from
+    `augment.uniforms`, never from a generator.
 
     The trainer asks for each epoch's order (`epoch_order`) before any of its batches, also when it resumes inside
     an epoch: that call tells the dataset the (seed, epoch) that its augmentation draws from.
@@ -267,10 +367,7 @@ class ImageData:
         self.decoded = isinstance(images, torch.Tensor)
         self.index_device = self.device if self.decoded else torch.device("cpu")
         self.seed, self.epoch = 0, 0
-        self._order: torch.Tensor | None = None  # this epoch's order (None: index order)
-        self._position: torch.Tensor | None = None  # sample index -> its position in _order
-        self._next: tuple[torch.Tensor, int, Future[tuple[torch.Tensor, torch.Tensor]]] | None = None
-        self._pool: ThreadPoolExecutor | None = None
+        self.ahead = Lookahead(len(targets), self._make, "images")
 
     def __len__(self) -> int:
         return len(self.targets)
@@ -280,27 +377,14 @@ class ImageData:
         order = epoch_order(len(self), seed, epoch)
         self.seed, self.epoch = seed, epoch
         if not self.decoded:
-            self._order = order
-            self._position = torch.empty_like(order)
-            self._position[order] = torch.arange(len(order))
-            self._next = None
+            self.ahead.order(order)
         return order
 
     def batch(self, idx: torch.Tensor) -> Batch:
         if self.decoded:
             images, target = self._make(idx, self.epoch)
         else:
-            idx = idx.cpu()
-            ready, self._next = self._next, None
-            if ready is not None and ready[1] == self.epoch and torch.equal(ready[0], idx):
-                images, target = ready[2].result()
-            else:
-                images, target = self._make(idx, self.epoch)
-            following = self._following(idx)
-            if following is not None:
-                if self._pool is None:
-                    self._pool = ThreadPoolExecutor(1, thread_name_prefix="trainflow-images")
-                self._next = (following, self.epoch, self._pool.submit(self._make, following, self.epoch))
+            images, target = self.ahead.get(idx.cpu(), self.epoch)
             images, target = _to(images, self.device), _to(target, self.device)
         return Batch({"images": images}, target, count=len(idx))
 
@@ -312,22 +396,6 @@ class ImageData:
             x = apply(x, idx, self.seed, epoch, self.augment)
         mean, std = self._scale if self._scale[0].device == x.device else self._host_scale
         return (x - mean) / std, self.targets[idx.to(self.targets.device)]
-
-    def _following(self, idx: torch.Tensor) -> torch.Tensor | None:
-        """The window after `idx` when `idx` is a run of consecutive positions of the order; else None."""
-        n = len(self)
-        if len(idx) == 0:
-            return None
-        if self._order is None or self._position is None:
-            start = int(idx[0])
-            if not torch.equal(idx, torch.arange(start, start + len(idx))) or start + len(idx) >= n:
-                return None
-            return torch.arange(start + len(idx), min(start + 2 * len(idx), n))
-        start = int(self._position[idx[0]])
-        stop = start + len(idx)
-        if stop >= n or not torch.equal(self._order[start:stop], idx):
-            return None
-        return self._order[stop : stop + len(idx)]
 
     def count(self, idx: torch.Tensor) -> int:
         return len(idx)
