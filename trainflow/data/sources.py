@@ -242,6 +242,8 @@ def _stream_choice(files: list[Path], fmt: str, d: DataParams) -> tuple[bool, st
         return False, f"{held}: {fmt} is not streamed yet, only {', '.join(STREAMED_FORMATS)}"
     if d.image_column is not None:
         return False, f"{held}: a table of images (data.image_column) is not streamed yet"
+    if fmt == "jsonl" and not _lines_are_bytes(d.encoding):
+        return False, f"{held}: jsonl in {d.encoding} is not streamed (its line breaks are not the byte \\n)"
     return True, f"read a column at a time from a spill on disk ({what}, over data.memory_budget_mb {budget:,.0f})"
 
 
@@ -254,6 +256,8 @@ def _spill_source(
         shown = _shown(path, root)
         if fmt == "parquet":
             one = _parquet_parts(path, shown)
+        elif fmt == "jsonl":
+            one = _spill_jsonl(path, shown, d.encoding, folder, f, notes)
         else:
             one = _spill_csv(path, shown, fmt, delimiter, d, folder, f)
             if one.index:
@@ -460,7 +464,7 @@ def _all_distinct_integers(column: pa.ChunkedArray) -> bool:
 # --- a file bigger than the data memory budget: read in chunks into a spill (see trainflow.data.spill) ----------
 
 CHUNK_BYTES = 64 << 20  # a streamed csv/tsv file is parsed this many bytes (whole records) at a time
-STREAMED_FORMATS = ("csv", "tsv", "parquet")
+STREAMED_FORMATS = ("csv", "tsv", "jsonl", "parquet")
 MEMORY_PER_BYTE = 3  # a table in memory takes about this many times its csv bytes at the peak of ingest
 
 
@@ -718,7 +722,7 @@ def _jsonl_fallback(path: Path, shown: str, encoding: str) -> pa.Table:
                 if not line.strip():
                     continue
                 try:
-                    value = json.loads(line)
+                    value = json.loads(line.rstrip("\r\n"))  # an error at the line's end is in it, not the next
                 except json.JSONDecodeError as exc:
                     raise DataError(
                         f"data.source: {shown}, line {line_no}: not valid JSON ({exc.msg} at character {exc.colno}); "
@@ -750,6 +754,121 @@ def _jsonl_fallback(path: Path, shown: str, encoding: str) -> pa.Table:
                 [v if v is None or isinstance(v, str) else json.dumps(v) for v in values], pa.string()
             )
     return pa.table(columns)
+
+
+def _lines_are_bytes(encoding: str) -> bool:
+    """Whether a line break is the byte \\n and no other character holds that byte (utf-8, latin-1, cp1252, ...),
+    so that a file can be cut into whole lines as bytes."""
+    return "a\n".encode(encoding) == b"a\n" and codecs.lookup(encoding).name not in ("utf-7",)
+
+
+def _spill_jsonl(path: Path, shown: str, encoding: str, folder: Path, f: int, notes: list[str]) -> _SpilledFile:
+    """The file parsed CHUNK_BYTES of whole lines at a time into Arrow chunks, each as `_read_jsonl` parses the whole
+    file: the same error for the same first bad line, and the types pyarrow's whole-file read gives (a column that
+    is null in some chunks takes the others' type, integers and floats make floats, a chunk without a field gets
+    nulls there). Where pyarrow's read of the whole file would fail and `_read_jsonl` falls back to Python's parser
+    (a column whose values change type), the file is read as it reads it, whole, and a note says so."""
+    utf8 = codecs.lookup(encoding).name == "utf-8"
+    parts: list[Path] = []
+    types: list[dict[str, pa.DataType]] = []
+    counts: list[int] = []
+    names: dict[str, None] = {}
+    rows, line = 0, 1
+    bar = progress(max(1, path.stat().st_size >> 20), desc=f"ingest: {shown}", unit="MiB")
+    for k, (start, data) in enumerate(_record_chunks(path, False, CHUNK_BYTES)):
+        bar.update(((start + len(data)) >> 20) - bar.n)
+        lines = int(np.count_nonzero(np.frombuffer(data, np.uint8) == 10))
+        try:
+            raw = pa.py_buffer(data if utf8 else bytes(data).decode(encoding).encode("utf-8"))
+        except UnicodeDecodeError:
+            raise _decode_error(path, shown, None, None, encoding) or DataError(
+                f"data.source: {shown} is not valid {encoding}; set data.encoding to the file's encoding"
+            ) from None
+        del data
+        try:
+            table = pj.read_json(
+                pa.BufferReader(raw),
+                read_options=pj.ReadOptions(use_threads=True, block_size=BLOCK_SIZE),
+                parse_options=pj.ParseOptions(newlines_in_values=False),
+            )
+        except (pa.ArrowException, ValueError) as exc:
+            if "Empty JSON" in str(exc):  # blank lines only
+                line += lines
+                continue
+            try:
+                _check_json_lines(raw, shown, line)  # the first invalid line, numbered in the whole file
+            except UnicodeDecodeError:  # pyarrow.json met a byte that is not UTF-8
+                raise _decode_error(path, shown, None, None, encoding) or DataError(
+                    f"data.source: {shown} is not valid {encoding}; set data.encoding to the file's encoding"
+                ) from None
+            return _whole_jsonl(path, shown, encoding, folder, f, notes, "a column's values change type")
+        if utf8:
+            try:
+                table.validate(full=True)
+                table.schema.names  # noqa: B018 -- decoding the names checks them
+            except (pa.ArrowInvalid, UnicodeDecodeError):
+                raise _decode_error(path, shown, None, None, encoding) or DataError(
+                    f"data.source: {shown} is not valid {encoding}; set data.encoding to the file's encoding"
+                ) from None
+        table = _na_to_null(table)
+        parts.append(folder / f"{f}-{k}.arrow")
+        feather.write_feather(table, parts[-1], compression="lz4")
+        failpoint("spill-chunk")
+        types.append(dict(zip(table.column_names, table.schema.types)))
+        counts.append(table.num_rows)
+        names.update(dict.fromkeys(table.column_names))
+        rows, line = rows + table.num_rows, line + lines
+    bar.close()
+    if not path.stat().st_size:
+        raise DataError(f"data.source: {shown} is empty: no rows")  # as pyarrow's "Empty JSON" in memory
+    out = _SpilledFile(parts, list(names), {}, {}, rows)
+    numbers = {pa.int64(), pa.float64()}
+    for name in names:
+        seen = {t[name] for t in types if name in t} - {pa.null()}
+        if len(seen) > 1 and seen != numbers:  # pyarrow's whole-file read fails on it
+            return _whole_jsonl(path, shown, encoding, folder, f, notes, f"column {name!r} changes type")
+        out.types[name] = (pa.float64() if seen == numbers else seen.pop()) if seen else pa.null()
+    for part, have, n in zip(parts, types, counts):  # a field a chunk lacks: null there, as the whole read has it
+        if missing := [name for name in names if name not in have]:
+            table = feather.read_table(part, memory_map=False)
+            for name in missing:
+                table = table.append_column(name, pa.nulls(n))
+            feather.write_feather(table, part, compression="lz4")
+    return out
+
+
+def _check_json_lines(raw: pa.Buffer, shown: str, first: int) -> None:
+    """`_jsonl_fallback`'s line checks over one chunk of a file (UTF-8), whose first line is line `first`."""
+    for i, text in enumerate(raw.to_pybytes().decode("utf-8").split("\n")):
+        if not text.strip():
+            continue
+        try:
+            value = json.loads(text.rstrip("\r"))
+        except json.JSONDecodeError as exc:
+            raise DataError(
+                f"data.source: {shown}, line {first + i}: not valid JSON ({exc.msg} at character {exc.colno}); "
+                "each line must hold one JSON object"
+            ) from None
+        if not isinstance(value, dict):
+            raise DataError(
+                f"data.source: {shown}, line {first + i}: expected one JSON object per line, found a "
+                f"{type(value).__name__}"
+            )
+
+
+def _whole_jsonl(
+    path: Path, shown: str, encoding: str, folder: Path, f: int, notes: list[str], why: str
+) -> _SpilledFile:
+    """The file read whole by `_read_jsonl` (its fallback parser) into one spilled chunk."""
+    notes.append(f"{shown}: read whole into memory although over data.memory_budget_mb: {why} (a streamed read keeps "
+                 "one type per column), so Python's parser reads it as a read in memory does")  # fmt: skip
+    table = _read_jsonl(path, shown, encoding)
+    for stale in folder.glob(f"{f}-*.arrow"):
+        stale.unlink()
+    part = folder / f"{f}-0.arrow"
+    feather.write_feather(table, part, compression="lz4")
+    return _SpilledFile([part], table.column_names, dict(zip(table.column_names, table.schema.types)), {},
+                        table.num_rows)  # fmt: skip
 
 
 def _read_parquet(path: Path, shown: str) -> pa.Table:

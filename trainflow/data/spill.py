@@ -96,9 +96,21 @@ class SpilledFrame:
         pa.default_memory_pool().release_unused()  # the files' read buffers, before the next column's
         return to_pandas(pa.table({name: column}))[name]
 
+    def whole_dtypes(self) -> dict[str, Any]:
+        """Each column's pandas dtype in the whole frame. A block's can differ: Arrow integers and booleans become
+        float64 and object in pandas where the column holds a null, so a block without one would be int64 or bool
+        (and hash differently) while the whole column is not."""
+        dtypes = {}
+        for name in self.columns:
+            kind = self.types[name]
+            nulls = (pa.types.is_integer(kind) or pa.types.is_boolean(kind)) and self.arrow(name).null_count > 0
+            dtypes[name] = to_pandas(pa.table({name: pa.array([None] if nulls else [], kind)}))[name].dtype
+        return dtypes
+
     def row_blocks(self) -> Iterator[pd.DataFrame]:
         """Every column, a block of rows at a time (a chunk of a csv file, a batch of a Parquet one), in row order;
         each column of the dtype it has in the whole frame."""
+        dtypes = self.whole_dtypes()
         for f, files in enumerate(self.parts):
             replaced = {n: read_column(p, n) for (g, n), p in self.replaced.items() if g == f}
             lo = 0
@@ -116,7 +128,8 @@ class SpilledFrame:
                     }
                     lo += n
                     table = pa.table({k: v.cast(self.types[k]) for k, v in columns.items()})
-                    yield to_pandas(table)
+                    block = to_pandas(table)
+                    yield block.astype({k: t for k, t in dtypes.items() if block[k].dtype != t})
 
 
 def row_hashes(columns: Iterable[pd.Series], count: int) -> np.ndarray:

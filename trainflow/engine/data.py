@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Protocol
 
 import numpy as np
@@ -115,8 +116,8 @@ class RowFile:
         """Rows `i` (in that order), a new writable array."""
         if self.fd is None:
             return np.asarray(self.array[i])  # fancy indexing copies
-        fd, start, stride = self.fd, self.start, self.stride
-        raw = b"".join([os.pread(fd, stride, start + row * stride) for row in i.tolist()])
+        n, stride = len(i), self.stride
+        raw = b"".join(map(os.pread, repeat(self.fd, n), repeat(stride, n), (self.start + i * stride).tolist()))
         if len(raw) != stride * len(i):
             raise ValueError(f"{self.filename} is shorter than its header says: was it truncated?")
         return np.frombuffer(raw, self.dtype).reshape(len(i), *self.shape).copy()
@@ -181,17 +182,20 @@ class Lookahead:
 
 class MemmapData:
     """A table larger than the memory budget: `x` [N, F] float32 and `y` [N] in .npy files on the host (np.load with
-    mmap_mode="r"; trainflow.data.stream writes them). A batch is the rows `idx` read from the files (`RowFile`: a
-    `pread` per row, never more than the batch held), copied to the device: the same rows in the same order as
-    TensorData gathers, so the same updates bit for bit. A background thread reads the next batch while this one
-    trains (`Lookahead`). The sample order stays the engine's (one permutation per (seed, epoch)), so exact
-    accumulation and resume across world sizes hold unchanged; the price is a random read per sample, from the page
-    cache or, once the file is bigger than it, from the disk (bench/random_access.py)."""
+    mmap_mode="r"; trainflow.data.stream writes them). A batch is the rows `idx` of x read from its file (`RowFile`:
+    a `pread` per row, never more than the batch held) and their targets (held in memory: 4 or 8 bytes a row),
+    copied to the device: the same rows in the same order as TensorData gathers, so the same updates bit for bit. A
+    background thread reads the next batch while this one trains (`Lookahead`). The sample order stays the engine's
+    (one permutation per (seed, epoch)), so exact accumulation and resume across world sizes hold unchanged; the
+    price is a random read per sample, from the page cache or, once the file is bigger than it, from the disk
+    (bench/random_access.py)."""
 
     def __init__(self, x: np.ndarray, y: np.ndarray, device: torch.device | str = "cpu") -> None:
         if len(x) != len(y):
             raise ValueError(f"x has {len(x)} rows but y has {len(y)}")
-        self.x, self.y = RowFile(x), RowFile(y)
+        # The targets are read into memory (a few bytes a row, as the split's assignment): a second read per sample
+        # would halve the rate at which rows come off the disk.
+        self.x, self.y = RowFile(x), np.array(y)
         self.device = torch.device(device)
         self.index_device = torch.device("cpu")  # the rows are read on the host
         self.ahead = Lookahead(len(y), lambda idx, _: self._rows(idx), "rows")
@@ -207,7 +211,7 @@ class MemmapData:
 
     def _rows(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         i = idx.numpy()
-        return torch.from_numpy(self.x.take(i)), torch.from_numpy(self.y.take(i))
+        return torch.from_numpy(self.x.take(i)), torch.from_numpy(self.y[i])
 
     def batch(self, idx: torch.Tensor) -> Batch:
         x, y = self.ahead.get(idx.cpu(), 0)
