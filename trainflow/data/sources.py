@@ -152,7 +152,7 @@ class RawTable:
 def read_source(d: DataParams, root: Path, spill: Path | None = None) -> RawTable:
     """The raw table named by `d.source`: builtin:<name>, or a file, glob or directory relative to `root`.
 
-    `spill`: a folder for a table too big for data.memory_budget_mb (csv, tsv, parquet), which is then read into
+    `spill`: a folder for a table too big for data.memory_budget_mb (csv, tsv, jsonl, parquet), which is then read into
     files there and returned as a `SpilledFrame` read a column at a time (the choice is printed)."""
     if d.source.startswith("builtin:"):
         return _read_builtin(d.source)
@@ -238,8 +238,6 @@ def _stream_choice(files: list[Path], fmt: str, d: DataParams) -> tuple[bool, st
     if need <= budget:
         return False, f"read into memory ({what}; data.memory_budget_mb {budget:,.0f})"
     held = f"read into memory although over data.memory_budget_mb {budget:,.0f} ({what})"
-    if fmt not in STREAMED_FORMATS:
-        return False, f"{held}: {fmt} is not streamed yet, only {', '.join(STREAMED_FORMATS)}"
     if d.image_column is not None:
         return False, f"{held}: a table of images (data.image_column) is not streamed yet"
     if fmt == "jsonl" and not _lines_are_bytes(d.encoding):
@@ -464,7 +462,6 @@ def _all_distinct_integers(column: pa.ChunkedArray) -> bool:
 # --- a file bigger than the data memory budget: read in chunks into a spill (see trainflow.data.spill) ----------
 
 CHUNK_BYTES = 64 << 20  # a streamed csv/tsv file is parsed this many bytes (whole records) at a time
-STREAMED_FORMATS = ("csv", "tsv", "jsonl", "parquet")
 MEMORY_PER_BYTE = 3  # a table in memory takes about this many times its csv bytes at the peak of ingest
 
 

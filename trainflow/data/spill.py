@@ -1,13 +1,13 @@
 """Ingest of a source bigger than the data memory budget: a table on disk, read and written a column at a time.
 
-Ingest's checks decide each column's kind from the whole column (a share of numbers, the distinct values, a row
-order), so a stream of row batches would need every check rewritten over summaries, and two versions of each to
-agree. Instead the big source is parsed into a spill of typed Arrow IPC chunks (`sources._spill_csv`; a Parquet source
+Ingest's checks decide each column's kind from the whole column (a share of numbers, the distinct values, a row order),
+so a stream of row batches would need every check rewritten over summaries, and two versions of each to agree. Instead
+the big source is parsed into a spill of typed Arrow IPC chunks (`sources._spill_csv`, `_spill_jsonl`; a Parquet source
 is read where it is), and the same checks run on one whole column at a time (`SpilledFrame`): each column is typed by
-the same code on the same values, so the processed table is the one the in-memory path writes, value for value and
-dtype for dtype. A typed column goes to an Arrow IPC file of record batches (`ColumnSpill`) until the table is
-written (`write_table`), a batch of rows of every column at a time. The raw row keys are hashed a chunk of rows at a
-time (`SpilledFrame.row_blocks`).
+the same code on the same values, so the processed table is the one the in-memory path writes, value for value and dtype
+for dtype. A typed column goes to an Arrow IPC file of record batches (`ColumnSpill`) until the table is written
+(`write_table`), a batch of rows of every column at a time. The raw row keys are hashed a chunk of rows at a time
+(`SpilledFrame.row_blocks`).
 
 Peak memory: a few copies of one column (the raw values, the typed values, a check's temporaries) and a few numbers
 per row (the row keys, the rows kept, the target's codes): not the table, but still growing with the rows
