@@ -260,3 +260,37 @@ def test_a_streamed_classification_split_has_the_in_memory_integer_labels(tmp_pa
     idx = torch.arange(10)
     got, want = MemmapData(x, y).batch(idx), held.batch(idx)
     assert got.target.dtype == want.target.dtype == torch.int64 and torch.equal(got.target, want.target)
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the process's RSS from /proc")
+def test_writing_the_streamed_matrix_keeps_its_pages_out_of_the_process(tmp_path: Path) -> None:
+    """The preprocessed matrix (here 64 MiB) is written with plain writes: written through a memory map, every page
+    would stay mapped into the process (RssFile up by the file's size) until the map is closed."""
+    from trainflow.params import FeatureParams
+
+    def rss_file_mib() -> float:
+        line = next(s for s in Path("/proc/self/status").read_text().splitlines() if s.startswith("RssFile"))
+        return int(line.split()[1]) / 1024
+
+    rng = np.random.default_rng(0)
+    n, width = 1 << 16, 256
+    frame = pd.DataFrame(
+        {f"f{i}": rng.normal(0, 1, n).astype(np.float32) for i in range(width)} | {"y": rng.normal(0, 1, n)}
+    )
+    frame.to_parquet(tmp_path / "train.parquet", index=False)
+    schema = Schema(source="t", target="y", task="regression", features=[f"f{i}" for i in range(width)],
+                    kinds={f"f{i}": "numeric" for i in range(width)}, classes=[], n_rows=n)  # fmt: skip
+    pre = Preprocessor.fit(frame, schema, FeatureParams())
+    before, seen = rss_file_mib(), []
+    features = pre.features
+
+    def measured(*args: object) -> np.ndarray:  # RssFile while the blocks are written
+        seen.append(rss_file_mib())
+        return features(*args)  # type: ignore[arg-type]
+
+    pre.features = measured  # type: ignore[method-assign]
+    x, y = stream.write_matrix(pre, tmp_path / "train.parquet", tmp_path / "m", "train")
+    assert len(seen) >= 4 and max(seen) - before < 16, (before, seen)
+    assert x.shape == (n, width) and np.array_equal(
+        x[-3:], model_inputs(pre, frame.tail(3), "train", with_labels=True).x.numpy()
+    )

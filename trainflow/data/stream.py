@@ -3,11 +3,12 @@ block of rows at a time, never whole.
 
 - The preprocessing is fitted column by column (`ParquetColumns`: Parquet is columnar, so one column is read without
   the others), by the same code on the same whole columns as in memory: the same statistics, bit for bit.
-- The preprocessed matrix is written a block of rows at a time into memory-mapped .npy files (`write_matrix`), which
-  the engine's MemmapData gathers batches from by index. The row transform is row-wise, so each block's rows are the
-  ones the in-memory transform gives.
+- The preprocessed matrix is written a block of rows at a time into .npy files (`write_matrix`), which the engine's
+  MemmapData reads batches from by index. The row transform is row-wise, so each block's rows are the ones the
+  in-memory transform gives.
 
-Peak memory: one column (fit) or one block of rows (transform) plus the page cache the OS gives back under pressure.
+Peak memory: one column (fit) or one block of rows (transform); the files' pages stay in the OS's page cache, never
+mapped into the process.
 The evaluate stage (and register's re-score) score a big test split a block of whole batches at a time: the same
 batches, so the same outputs. So far tables only: text and images are held in memory (the stages say so).
 """
@@ -19,7 +20,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 import pandas as pd
@@ -168,16 +169,25 @@ def write_matrix(pre: Preprocessor, path: Path, dest: Path, where: str) -> tuple
     n = int(_open(path).metadata.num_rows)
     dest.mkdir(parents=True, exist_ok=True)
     y_type = np.float32 if pre.task == "regression" else np.int64
-    x = np.lib.format.open_memmap(dest / "x.npy", mode="w+", dtype=np.float32, shape=(n, pre.width))
-    y = np.lib.format.open_memmap(dest / "y.npy", mode="w+", dtype=y_type, shape=(n,))
-    lo = 0
-    for frame in blocks(path, block_rows(pre.width), [*pre.raw_features, pre.target]):
-        hi = lo + len(frame)
-        x[lo:hi] = pre.features(frame, where)
-        labels = pre.labels(frame, where)
-        y[lo:hi] = pre.scale_target(labels) if pre.task == "regression" else labels
-        lo = hi
-    x.flush()
-    y.flush()
-    del x, y
+    # Written with plain writes: a memory map being written holds every page it wrote in the process's RSS.
+    with _npy(dest / "x.npy", np.float32, (n, pre.width)) as x, _npy(dest / "y.npy", y_type, (n,)) as y:
+        for frame in blocks(path, block_rows(pre.width), [*pre.raw_features, pre.target]):
+            x.write(np.ascontiguousarray(pre.features(frame, where), dtype=np.float32).tobytes())
+            labels = pre.labels(frame, where)
+            y.write(np.ascontiguousarray(pre.scale_target(labels) if pre.task == "regression" else labels,
+                                         dtype=y_type).tobytes())  # fmt: skip
     return np.load(dest / "x.npy", mmap_mode="r"), np.load(dest / "y.npy", mmap_mode="r")
+
+
+@contextlib.contextmanager
+def _npy(path: Path, dtype: type, shape: tuple[int, ...]) -> Iterator[BinaryIO]:
+    """A .npy file of `shape` whose data the caller writes in order, row-major; checked whole when closed."""
+    with path.open("wb") as f:
+        np.lib.format.write_array_header_1_0(
+            f, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": shape}
+        )
+        start = f.tell()
+        yield f
+        written, expected = f.tell() - start, int(np.prod(shape)) * np.dtype(dtype).itemsize
+        if written != expected:
+            raise AssertionError(f"{path}: wrote {written} bytes of data, its header says {expected}")
