@@ -16,7 +16,7 @@ import json
 import math
 import shlex
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -264,14 +264,23 @@ def raw_row_keys(frame: pd.DataFrame | SpilledFrame) -> np.ndarray:
     """A 64-bit hash (uint64) of each raw row, all columns as read: the row's identity for the split, whatever
     columns are features, which is the target, how they are typed."""
     if isinstance(frame, SpilledFrame):  # a row's hash is its values' alone: a block of rows at a time
+        keys = np.empty(len(frame), dtype=np.uint64)  # filled in place: no list of blocks and a copy beside it
         try:
-            return np.concatenate([_row_keys(block) for block in frame.row_blocks()])
-        except TypeError:
-            return np.concatenate([_row_keys(_as_text(block)) for block in frame.row_blocks()])
+            _fill_keys(keys, frame, _row_keys)
+        except TypeError:  # as in memory, every block hashed as text when one holds unhashable values
+            _fill_keys(keys, frame, lambda block: _row_keys(_as_text(block)))
+        return keys
     try:
         return _row_keys(frame)
     except TypeError:  # unhashable values (lists or objects from JSON): hash those columns as text
         return _row_keys(_as_text(frame))
+
+
+def _fill_keys(keys: np.ndarray, frame: SpilledFrame, hashed: Callable[[pd.DataFrame], np.ndarray]) -> None:
+    lo = 0
+    for block in frame.row_blocks():
+        keys[lo : lo + len(block)] = hashed(block)
+        lo += len(block)
 
 
 def _row_keys(frame: pd.DataFrame) -> np.ndarray:
