@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 from trainflow.data import split as sp
 from trainflow.data import stream
 from trainflow.data.schema import ROW_KEY, Schema
+from trainflow.errors import DataError
 from trainflow.params import SplitParams
 
 BLOCK_ROWS = 1 << 18  # rows read at a time (a table without row keys hashes every column of them as text)
@@ -189,3 +190,96 @@ def _write_buckets(
     finally:
         for handle in handles:
             handle.close()
+
+
+# --- a time split (split.time_column), from the time column read a block at a time ----------------------------------
+
+SIGN = np.uint64(1 << 63)
+DIGIT_BITS = 16
+
+
+def assign_by_time(path: Path, p: SplitParams) -> sp.Result:
+    """`split.assign` of the Parquet table at `path` for a time split, never holding the time column: the split of a
+    row is a function of its time alone (the boundaries sit between runs of equal times), so the two boundaries'
+    times are found by a radix selection over the column, a digit of the times' sort keys per pass, and each row
+    compared with them. Held: the split (1 byte a row) and one block. A time column that is neither numbers nor
+    timestamps is sorted whole, as in memory."""
+    columns = stream.ParquetColumns(path)
+    sp._check_columns(columns, p)
+    assert p.time_column is not None
+    name = p.time_column
+    kind = columns.file.schema_arrow.field(name).type
+    n = len(columns)
+    if not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_timestamp(kind)):
+        whole = sp._by_time(columns, p)  # type: ignore[arg-type]
+        sp._check_not_empty(whole, columns, p)  # type: ignore[arg-type]
+        return sp.Result(whole, None)
+    missing = sum(int(frame[name].isna().sum()) for frame in stream.blocks(path, BLOCK_ROWS, [name]))
+    if missing:
+        raise DataError(
+            f"split.time_column: {missing} of {n} rows have no timestamp in column {name!r}; "
+            "fill or drop them (data.missing: drop) or split without split.time_column"
+        )
+    test_cut = n - round(n * p.test_fraction)
+    val_cut = n - round(n * p.test_fraction) - round(n * p.val_fraction)
+    test_start = _time_boundary(path, name, n, test_cut)
+    val_start = min(_time_boundary(path, name, n, val_cut), test_start)
+    split = np.empty(n, dtype=np.int8)
+    lo = 0
+    firsts = [_key_at(path, name, s) if s < n else None for s in (val_start, test_start)]
+    for frame in stream.blocks(path, BLOCK_ROWS, [name]):
+        keys = _sort_keys(frame[name])
+        part = np.full(len(keys), sp.TRAIN, dtype=np.int8)
+        if firsts[0] is not None:
+            part[keys >= firsts[0]] = sp.VAL
+        if firsts[1] is not None:
+            part[keys >= firsts[1]] = sp.TEST
+        split[lo : lo + len(keys)] = part
+        lo += len(keys)
+    sp._check_not_empty(split, columns, p)
+    return sp.Result(split, None)
+
+
+def _sort_keys(s: pd.Series) -> np.ndarray:
+    """uint64 keys in the order of the values (sort_values' order): integers and timestamps offset by 2^63, floats
+    by their bits (negative ones flipped); -0.0 and 0.0 equal, as they compare."""
+    tz = isinstance(s.dtype, pd.DatetimeTZDtype)
+    values = s.to_numpy(dtype=f"datetime64[{s.dt.unit}]") if tz else s.to_numpy()  # tz: the instants, in UTC
+    if values.dtype.kind == "M":
+        return values.view(np.int64).view(np.uint64) ^ SIGN
+    if values.dtype.kind in "iu":
+        return values.astype(np.int64).view(np.uint64) ^ SIGN if values.dtype.kind == "i" else values.astype(np.uint64)
+    bits = (values.astype(np.float64) + 0.0).view(np.uint64)  # + 0.0: -0.0 becomes 0.0
+    return np.where(bits & SIGN, ~bits, bits | SIGN)
+
+
+def _key_at(path: Path, name: str, position: int) -> np.uint64:
+    """The sort key of the value at `position` of the sorted column (0-based): a radix selection, DIGIT_BITS per pass
+    over the column."""
+    prefix, mask, rank = np.uint64(0), np.uint64(0), position
+    digits = 1 << DIGIT_BITS
+    for shift in range(64 - DIGIT_BITS, -1, -DIGIT_BITS):
+        counts = np.zeros(digits, dtype=np.int64)
+        for frame in stream.blocks(path, BLOCK_ROWS, [name]):
+            keys = _sort_keys(frame[name])
+            keys = keys[(keys & mask) == prefix]
+            counts += np.bincount((keys >> np.uint64(shift)).astype(np.int64) & (digits - 1), minlength=digits)
+        below = np.cumsum(counts)
+        digit = int(np.searchsorted(below, rank, side="right"))
+        rank -= int(below[digit - 1]) if digit else 0
+        prefix |= np.uint64(digit) << np.uint64(shift)
+        mask |= np.uint64(digits - 1) << np.uint64(shift)
+    return prefix
+
+
+def _time_boundary(path: Path, name: str, n: int, cut: int) -> int:
+    """split._boundary over the sorted column: `cut` moved out of a run of equal times to the run's nearer end."""
+    if cut <= 0 or cut >= n:
+        return cut
+    value = _key_at(path, name, cut)
+    start = end = 0
+    for frame in stream.blocks(path, BLOCK_ROWS, [name]):
+        keys = _sort_keys(frame[name])
+        start += int(np.count_nonzero(keys < value))
+        end += int(np.count_nonzero(keys <= value))
+    return start if cut - start <= end - cut else end

@@ -6,8 +6,9 @@ DVC leaves it for the next run) and kept by the next split made with the same se
 A processed table bigger than data.memory_budget_mb is split without reading it whole: the row keys are computed a
 block of rows at a time into buckets on disk and assigned a bucket at a time (`split_stream`: the same split of every
 row), then the rows are copied into the split files a block at a time. Memory: a few bytes a row (its split and
-generation) and the saved assignment being kept, not the table. A time split (split.time_column) sorts the time
-column, read alone.
+generation) and the saved assignment being kept, not the table. A time split (split.time_column) finds its two
+boundary times by a radix selection over the time column, read a block at a time, and gives each row its split by its
+time (`split_stream.assign_by_time`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pandas as pd
 
 from trainflow.data import split_stream, stream
 from trainflow.data.schema import ROW_KEY, Schema
-from trainflow.data.split import ASSIGNMENT, TEST_ROWS, Assignment, assign, split_frame
+from trainflow.data.split import ASSIGNMENT, TEST_ROWS, Assignment, split_frame
 from trainflow.errors import UserError
 from trainflow.io import atomic_dir, write_json
 from trainflow.params import PipelineParams
@@ -43,8 +44,8 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
             )
             shutil.rmtree(work)
             sizes = stream.write_parts(paths.table, result.split, dests, drop=[ROW_KEY])
-        elif choice.streamed:  # a time split sorts the time column, read alone
-            result = assign(stream.ParquetColumns(paths.table), schema, params.split, params.seed, previous)
+        elif choice.streamed:  # a time split: each row by its time, against two times selected from the column
+            result = split_stream.assign_by_time(paths.table, params.split)
             sizes = stream.write_parts(paths.table, result.split, dests, drop=[ROW_KEY])
         else:
             parts, result = split_frame(paths.read_table(), schema, params.split, params.seed, previous)
