@@ -290,6 +290,51 @@ def test_id_like_needs_enough_rows() -> None:
         assert v._id_like(v._Column("c", kind, np.arange(30), distinct=30), 30) is None
 
 
+def id_like_reference(values: np.ndarray, n: int) -> str | None:
+    """_id_like of a numeric column as written before its passes went a block at a time: whole-column numpy."""
+    if n < v.ID_MIN_ROWS or np.isnan(values).any() or (values != np.round(values)).any():
+        return None
+    steps = np.diff(values)
+    rising, falling = bool((steps >= 0).all()), bool((steps <= 0).all())
+    if (rising and (steps > 0).all()) or (falling and (steps < 0).all()):
+        return "a different integer in every row, in row order"
+    distinct = len(set(values.tolist()))
+    if distinct == n:
+        return "a different integer in every row"
+    if (rising or falling) and distinct * 2 >= n:
+        return f"integers that {'rise' if rising else 'fall'} with the row order"
+    return None
+
+
+@pytest.mark.parametrize("block", [1, 2, 7, 1 << 20])
+def test_id_like_a_block_at_a_time_is_the_whole_column_answer(monkeypatch: pytest.MonkeyPatch, block: int) -> None:
+    """Blocks of a few rows: a step, a fraction or a missing value on either side of a block boundary counts."""
+    monkeypatch.setattr(v, "ID_BLOCK", block)
+    rng = np.random.default_rng(0)
+    n = 40
+    up = np.arange(n, dtype=np.float64)
+    cases = [up, up[::-1], np.repeat(np.arange(20.0), 2), np.repeat(np.arange(20.0), 2)[::-1], rng.permutation(up),
+             np.sort(rng.integers(0, 25, n)).astype(np.float64), rng.integers(0, 5, n).astype(np.float64)]  # fmt: skip
+    for at in (6, 7, 8, 13, 14, 39):  # a step down, a fraction and a missing value near block edges
+        down = up.copy()
+        down[at] = down[at - 1]
+        cases.append(down)
+        swapped = up.copy()
+        swapped[[at - 1, at]] = swapped[[at, at - 1]]
+        cases.append(swapped)
+        for bad in (0.5, np.nan):
+            spoiled = up.copy()
+            spoiled[at] += bad
+            cases.append(spoiled)
+    answers = set()
+    for values in cases:
+        got = v._id_like(numeric(values), n)
+        assert got == id_like_reference(values, n), values
+        answers.add(got)
+    assert answers == {None, "a different integer in every row, in row order", "a different integer in every row",
+                       "integers that rise with the row order", "integers that fall with the row order"}  # fmt: skip
+
+
 def test_id_like_integers_in_row_order_or_all_different() -> None:
     n = 24
     assert v._id_like(numeric(np.arange(n)[::-1]), n) == "a different integer in every row, in row order"
