@@ -145,8 +145,9 @@ class Lookahead:
     def order(self, order: torch.Tensor) -> None:
         """The epoch's order, which the following windows are predicted from."""
         self._order = order
-        self._position = torch.empty_like(order)
-        self._position[order] = torch.arange(len(order))
+        small = torch.int32 if len(order) < 2**31 else torch.int64  # 4 bytes a sample where that holds every position
+        self._position = torch.empty(len(order), dtype=small)
+        self._position[order] = torch.arange(len(order), dtype=small)
         self._next = None
 
     def get(self, idx: torch.Tensor, epoch: int) -> tuple[torch.Tensor, torch.Tensor]:
