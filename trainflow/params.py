@@ -98,9 +98,10 @@ class DataParams(Section):
         None,
         gt=0,
         description="Memory (MiB) the data of a stage may take; null = a quarter of this machine's memory. Data "
-        "bigger than it is streamed, so far for tables: ingest parses a csv/tsv/parquet source in chunks into a spill "
+        "that would take more than it in memory (about 3 times a source file's bytes, 6 times a split's Parquet "
+        "data) is streamed, so far for tables: ingest parses a csv/tsv/jsonl/parquet source in chunks into a spill "
         "and types it a column at a time, split assigns and writes rows a block at a time, train fits the "
-        "preprocessing column by column and reads the preprocessed rows from a memory-mapped file "
+        "preprocessing column by column and reads the preprocessed rows from a file on disk by row "
         "(models/.streamed/), and evaluate scores the test split a block of whole batches at a time, with the same "
         "table, statistics, sample order, weights and metrics as in memory. It changes where data is held, never the "
         "model. "

@@ -700,18 +700,21 @@ def test_the_choice_to_stream_says_why_in_each_case(tmp_path: Path) -> None:
     b = write_split(tmp_path / "splits" / "val.parquet", pd.DataFrame({"x": np.arange(500.0)}))
     size = uncompressed_mb(a) + uncompressed_mb(b)
     assert stream.table_mb(a) + stream.table_mb(b) == approx(size)
+    need = 6 * size  # a split in memory: about six times its data (the frame, the matrix, the outputs)
+    what = f"train + val: {size:,.1f} MiB, about {need:,.0f} MiB in memory"
     held = stream.choose([a, b], DataParams(memory_budget_mb=1000), table=True)
-    assert held == stream.Choice(False, f"held in memory (train + val: {size:,.1f} MiB, data.memory_budget_mb 1,000)")
-    at_budget = stream.choose([a], DataParams(memory_budget_mb=stream.table_mb(a)), table=True)
+    assert held == stream.Choice(False, f"held in memory ({what}; data.memory_budget_mb 1,000)")
+    at_budget = stream.choose([a], DataParams(memory_budget_mb=6 * stream.table_mb(a)), table=True)
     assert not at_budget.streamed
+    assert stream.choose([a], DataParams(memory_budget_mb=5.99 * stream.table_mb(a)), table=True).streamed
     small = DataParams(memory_budget_mb=0.001)
     assert stream.choose([a, b], small, table=True) == stream.Choice(
-        True, f"streamed from disk (train + val: {size:,.1f} MiB, over data.memory_budget_mb 0)"
+        True, f"streamed from disk ({what}, over data.memory_budget_mb 0)"
     )
     assert stream.choose([a], small, table=False) == stream.Choice(
         False,
-        f"held in memory although train is {uncompressed_mb(a):,.1f} MiB, over data.memory_budget_mb 0: only tables "
-        "are streamed so far, not text or images",
+        f"held in memory although over data.memory_budget_mb 0 (train: {uncompressed_mb(a):,.1f} MiB, about "
+        f"{6 * uncompressed_mb(a):,.0f} MiB in memory): only tables are streamed so far, not text or images",
     )
 
 
