@@ -471,17 +471,24 @@ def _fit_column(s: pd.Series, name: str, kind: Kind, f: FeatureParams, where: st
         return Column(name, kind, categories=ranked["value"].head(f.max_categories).tolist())
     if kind == "text":
         raise DataError(f"{where}: feature {name!r} is text; only data.text_column can hold text")
+    # Memory, for a column streamed from a split bigger than memory: the raw column is let go of once converted (a
+    # datetime's is read again), and the median partitions its own copy of the present values in place.
     values = _raw_values(s, kind, name, where)
+    if kind != "datetime":
+        del s
     missing = np.isnan(values).any(axis=1)
-    present = values[~missing]
     if kind == "boolean":
+        present = values[~missing]
         fill = [1.0 if len(present) and present.mean() > 0.5 else 0.0]
+        del present
     elif kind == "datetime":
         ns = _datetimes(s, name, where).to_numpy(dtype="datetime64[ns]").astype(np.int64)[~missing]
-        median = pd.Series([int(np.median(ns))] if len(ns) else [0], dtype="datetime64[ns]")
+        median = pd.Series([int(np.median(ns, overwrite_input=True))] if len(ns) else [0], dtype="datetime64[ns]")
         fill = _raw_values(median, "datetime", name, where)[0].tolist()
     else:
-        fill = [float(np.median(present))] if len(present) else [0.0]
+        present = values[~missing, 0]
+        fill = [float(np.median(present, overwrite_input=True))] if len(present) else [0.0]
+        del present
     values[missing] = fill
     if kind == "boolean":
         center, scale = [0.0], [1.0]

@@ -530,6 +530,7 @@ def _spill_csv(path: Path, shown: str, fmt: str, delimiter: str, d: DataParams, 
         parts.append(folder / f"{f}-{k}.arrow")
         feather.write_feather(table, parts[-1], compression="lz4")
         failpoint("spill-chunk")
+        pa.default_memory_pool().release_unused()  # the chunk's parse: Arrow's allocator keeps it until asked
         types.append(dict(zip(fixed, table.schema.types)))
         rows += table.num_rows
     bar.close()
@@ -811,6 +812,7 @@ def _spill_jsonl(path: Path, shown: str, encoding: str, folder: Path, f: int, no
         parts.append(folder / f"{f}-{k}.arrow")
         feather.write_feather(table, parts[-1], compression="lz4")
         failpoint("spill-chunk")
+        pa.default_memory_pool().release_unused()  # the chunk's parse: Arrow's allocator keeps it until asked
         types.append(dict(zip(table.column_names, table.schema.types)))
         counts.append(table.num_rows)
         names.update(dict.fromkeys(table.column_names))

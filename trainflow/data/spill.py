@@ -129,6 +129,8 @@ class SpilledFrame:
                     lo += n
                     table = pa.table({k: v.cast(self.types[k]) for k, v in columns.items()})
                     block = to_pandas(table)
+                    del table, columns, batch
+                    pa.default_memory_pool().release_unused()
                     yield block.astype({k: t for k, t in dtypes.items() if block[k].dtype != t})
 
 
@@ -159,11 +161,15 @@ class ColumnSpill:
         with pa.OSFile(str(self._path(name)), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
             for lo in range(0, table.num_rows, BATCH_ROWS):  # one batch per BATCH_ROWS rows in every column
                 writer.write_table(table.slice(lo, BATCH_ROWS).combine_chunks())
+        del table
+        pa.default_memory_pool().release_unused()  # Arrow's allocator keeps freed memory until asked to give it back
 
     def series(self, name: str) -> pd.Series:
         """The column as it was put (dtype and values, through its pandas metadata)."""
         with pa.OSFile(str(self._path(name)), "rb") as source:
-            return pa.ipc.open_file(source).read_all().to_pandas()[name]
+            column = pa.ipc.open_file(source).read_all().to_pandas()[name]
+        pa.default_memory_pool().release_unused()
+        return column
 
     def take(self, rows: np.ndarray, names: list[str]) -> pd.DataFrame:
         """These rows of these columns, as a frame (index 0..len-1)."""

@@ -118,7 +118,9 @@ class ParquetColumns:
     def __getitem__(self, name: str) -> pd.Series:
         # Read as pd.read_parquet reads the whole file (the pandas metadata restores the same dtype), one column.
         with _reading(self.path):
-            return pd.read_parquet(self.path, columns=[name])[name]
+            column = pd.read_parquet(self.path, columns=[name])[name]
+        pa.default_memory_pool().release_unused()  # the reader's buffers, before the column is worked on
+        return column
 
 
 def blocks(path: Path, rows: int, columns: list[str]) -> Iterator[pd.DataFrame]:
