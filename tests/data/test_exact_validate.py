@@ -1334,3 +1334,23 @@ def test_python_and_numpy_dates_past_2262_are_read_as_utc_timestamps() -> None:
         "data.source: f.csv, line 3, column 'c': 3000-01-01 00:00:00+00:00 is out of the supported date range "
         "(1677-2262); fix it or add 'c' to data.exclude"))  # fmt: skip
     np.testing.assert_array_equal(c.values, np.array(["2026-01-01T10:00", "NaT", "NaT"], dtype="datetime64[ns]"))
+
+
+def test_text_held_by_arrow_factorizes_as_pandas_does_in_int32(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Codes in order of first appearance, -1 for missing, over several Arrow chunks (a spilled column's files): the
+    same as pd.factorize on the same values as Python objects (the reference), at 4 bytes a code."""
+    import pyarrow as pa
+
+    rng = np.random.default_rng(0)
+    words = np.array(["ant", "bee", "", "cat", "é", "dog"], dtype=object)
+    values = words[rng.integers(0, len(words), 300)]
+    values[rng.random(300) < 0.1] = None
+    chunks = [pa.array(list(values[lo : lo + 70]), pa.string()) for lo in range(0, 300, 70)]
+    s = pd.Series(pd.arrays.ArrowStringArray(pa.chunked_array(chunks)))
+    assert s.array._pa_array.num_chunks == 5
+    codes, uniques = v._factorize(None, "c", s)  # type: ignore[arg-type]
+    want_codes, want_uniques = pd.factorize(pd.Series(values, dtype=object))
+    assert codes.dtype == np.int32 and np.array_equal(codes, want_codes)
+    assert uniques.dtype == object and uniques.tolist() == list(want_uniques)
+    monkeypatch.setattr(pd, "factorize", lambda *a: pytest.fail("pandas' factorize for text held by Arrow"))
+    assert np.array_equal(v._factorize(None, "c", s.iloc[:0])[0], np.zeros(0, np.int32))  # type: ignore[arg-type]

@@ -23,6 +23,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import yaml
 from pandas.api.types import (
     infer_dtype,
@@ -566,7 +567,21 @@ def _to_ns(s: pd.Series) -> tuple[np.ndarray, np.ndarray | None]:
 
 
 def _factorize(table: Table, name: str, s: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """Codes per row (-1 = missing) and the distinct values as an object array."""
+    """Codes per row (-1 = missing; int32 where that holds every code) and the distinct values as an object array.
+    Text held by Arrow is encoded by Arrow (pd.factorize's codes in order of first appearance, at half the memory:
+    4 bytes a row where pandas' hash table and codes take 16)."""
+    arrow = getattr(s.array, "_pa_array", None)
+    if isinstance(arrow, pa.ChunkedArray) and (pa.types.is_string(arrow.type) or pa.types.is_large_string(arrow.type)):
+        encoded = arrow.dictionary_encode()  # one dictionary, shared by every chunk
+        dictionary = (
+            encoded.chunk(encoded.num_chunks - 1).dictionary if encoded.num_chunks else pa.array([], arrow.type)
+        )
+        if all(chunk.dictionary.equals(dictionary) for chunk in encoded.chunks):
+            indices, lo = np.empty(len(arrow), dtype=np.int32), 0
+            for chunk in encoded.chunks:
+                indices[lo : lo + len(chunk)] = chunk.indices.fill_null(-1).to_numpy(zero_copy_only=False)
+                lo += len(chunk)
+            return indices, np.asarray(dictionary.to_pylist(), dtype=object)
     try:
         codes, uniques = pd.factorize(s)
     except TypeError:  # unhashable values: lists or objects from JSON
@@ -574,7 +589,8 @@ def _factorize(table: Table, name: str, s: pd.Series) -> tuple[np.ndarray, np.nd
         raise _at(
             table, row, name, f"{s.iloc[row]!r} is a nested value (a list or object); flatten it into columns"
         ) from None
-    return np.asarray(codes), np.asarray(uniques, dtype=object)
+    codes = np.asarray(codes)
+    return codes.astype(np.int32) if len(uniques) < 2**31 else codes, np.asarray(uniques, dtype=object)
 
 
 def _per_row(per_value: Any, fill: Any, codes: np.ndarray) -> np.ndarray:
