@@ -5,7 +5,9 @@ so exact accumulation and resume across world sizes need a store that serves any
 the same rows and the same random batches of 256 indices, the stores that could hold a split too big for memory:
 
 - torch in memory: what TensorData does today (the baseline);
-- a numpy memmap of the preprocessed float32 matrix (np.save + mmap_mode="r");
+- a numpy memmap of the preprocessed float32 matrix (np.save + mmap_mode="r"): every page it touches is mapped into
+  the process, so its RSS grows to the file;
+- the same .npy file read a row at a time with `pread` (trainflow's `RowFile`, what streamed training reads with);
 - memory-mapped Arrow IPC, `Table.take` (what Hugging Face `datasets` keeps underneath);
 - Parquet with 64k-row groups through `pyarrow.dataset.take` (a row group is decoded for every index in it);
 - Hugging Face `datasets` (`Dataset.with_format("numpy")[idx]`), if it is installed (it is not a dependency).
@@ -31,6 +33,8 @@ import pyarrow.dataset as pds
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 import torch
+
+from trainflow.engine.data import RowFile
 
 BATCH = 256
 
@@ -66,6 +70,8 @@ def main() -> None:
     np.save(folder / "x.npy", x)
     xm = np.load(folder / "x.npy", mmap_mode="r")
     readers["numpy memmap"] = lambda i: xm[i]
+    rows = RowFile(np.load(folder / "x.npy", mmap_mode="r"))
+    readers["pread per row (trainflow's RowFile)"] = rows.take
     table = pa.table({"x": pa.FixedSizeListArray.from_arrays(pa.array(x.ravel()), a.features)})
 
     def matrix(t: pa.Table) -> np.ndarray:
