@@ -118,10 +118,10 @@ class Setup:
     data_hash: str
     val_head: pd.DataFrame  # the first rows of the val split: the registered model's input example
     batch: batch_size.Choice | None = None  # what train.batch_size auto chose (None: a fixed batch size)
-    scratch: Path | None = None  # streamed data: its memory-mapped files, as big as the data (`discard` them)
+    scratch: Path | None = None  # streamed data: its .npy files, as big as the data (`discard` them)
 
     def discard(self) -> None:
-        """Remove the streamed data's memory-mapped files once training is over (only its batches read them)."""
+        """Remove the streamed data's .npy files once training is over (only its batches read them)."""
         if self.scratch is not None:
             shutil.rmtree(self.scratch, ignore_errors=True)
 
@@ -163,7 +163,7 @@ def _setup(
     if group.is_main:
         print(f"train: data {held.why}", file=sys.stderr)
     # Streamed: the frames are read a column at a time (the fit, the class weights), then a block of rows at a time
-    # into memory-mapped files that batches are gathered from; in memory: whole, as DataFrames.
+    # into .npy files that batches read their rows from; in memory: whole, as DataFrames.
     frames = {s: stream.ParquetColumns(f) if held.streamed else paths.read_split(s) for s, f in files.items()}
     pretrained = hf.resolve(params.model.name, paths.root) if hf.is_hf(params.model.name) else None
     tokenizer = hf.tokenizer(pretrained, params.features.max_length) if pretrained and schema.text_column else None
