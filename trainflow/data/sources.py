@@ -674,9 +674,7 @@ def _read_jsonl(path: Path, shown: str, encoding: str) -> pa.Table:
         try:
             source = pa.BufferReader(path.read_bytes().decode(encoding).encode("utf-8"))
         except UnicodeDecodeError:
-            raise _decode_error(path, shown, None, None, encoding) or DataError(
-                f"data.source: {shown} is not valid {encoding}; set data.encoding to the file's encoding"
-            ) from None
+            raise _undecodable(path, shown, encoding) from None
     try:
         table = pj.read_json(
             source,
@@ -694,9 +692,7 @@ def _read_jsonl(path: Path, shown: str, encoding: str) -> pa.Table:
             table.validate(full=True)
             table.schema.names  # noqa: B018 -- decoding the names checks them
         except (pa.ArrowInvalid, UnicodeDecodeError):
-            raise _decode_error(path, shown, None, None, encoding) or DataError(
-                f"data.source: {shown} is not valid {encoding}; set data.encoding to the file's encoding"
-            ) from None
+            raise _undecodable(path, shown, encoding) from None
     return _na_to_null(table)
 
 
@@ -733,9 +729,7 @@ def _jsonl_fallback(path: Path, shown: str, encoding: str) -> pa.Table:
                     )
                 records.append(value)
     except UnicodeDecodeError:
-        raise _decode_error(path, shown, None, None, encoding) or DataError(
-            f"data.source: {shown} is not valid {encoding}; set data.encoding to the file's encoding"
-        ) from None
+        raise _undecodable(path, shown, encoding) from None
     if not records:
         raise DataError(f"data.source: {shown} is empty: no rows")
     names: dict[str, None] = {}
@@ -779,9 +773,7 @@ def _spill_jsonl(path: Path, shown: str, encoding: str, folder: Path, f: int, no
         try:
             raw = pa.py_buffer(data if utf8 else bytes(data).decode(encoding).encode("utf-8"))
         except UnicodeDecodeError:
-            raise _decode_error(path, shown, None, None, encoding) or DataError(
-                f"data.source: {shown} is not valid {encoding}; set data.encoding to the file's encoding"
-            ) from None
+            raise _undecodable(path, shown, encoding) from None
         del data
         try:
             table = pj.read_json(
@@ -796,18 +788,14 @@ def _spill_jsonl(path: Path, shown: str, encoding: str, folder: Path, f: int, no
             try:
                 _check_json_lines(raw, shown, line)  # the first invalid line, numbered in the whole file
             except UnicodeDecodeError:  # pyarrow.json met a byte that is not UTF-8
-                raise _decode_error(path, shown, None, None, encoding) or DataError(
-                    f"data.source: {shown} is not valid {encoding}; set data.encoding to the file's encoding"
-                ) from None
+                raise _undecodable(path, shown, encoding) from None
             return _whole_jsonl(path, shown, encoding, folder, f, notes, "a column's values change type")
         if utf8:
             try:
                 table.validate(full=True)
                 table.schema.names  # noqa: B018 -- decoding the names checks them
             except (pa.ArrowInvalid, UnicodeDecodeError):
-                raise _decode_error(path, shown, None, None, encoding) or DataError(
-                    f"data.source: {shown} is not valid {encoding}; set data.encoding to the file's encoding"
-                ) from None
+                raise _undecodable(path, shown, encoding) from None
         table = _na_to_null(table)
         parts.append(folder / f"{f}-{k}.arrow")
         feather.write_feather(table, parts[-1], compression="lz4")
@@ -1234,6 +1222,13 @@ def _field_count_error(path: Path, shown: str, delimiter: str, d: DataParams | N
     except (OSError, csv.Error):
         return None
     return None
+
+
+def _undecodable(path: Path, shown: str, encoding: str) -> DataError:
+    """A text file that is not valid in its encoding: the first bad byte with its line, or the file named."""
+    return _decode_error(path, shown, None, None, encoding) or DataError(
+        f"data.source: {shown} is not valid {encoding}; set data.encoding to the file's encoding"
+    )
 
 
 def _decode_error(
