@@ -702,19 +702,19 @@ def test_the_choice_to_stream_says_why_in_each_case(tmp_path: Path) -> None:
     assert stream.table_mb(a) + stream.table_mb(b) == approx(size)
     need = 6 * size  # a split in memory: about six times its data (the frame, the matrix, the outputs)
     what = f"train + val: {size:,.1f} MiB, about {need:,.0f} MiB in memory"
-    held = stream.choose([a, b], DataParams(memory_budget_mb=1000), table=True)
+    held = stream.choose([a, b], DataParams(memory_budget_mb=1000))
     assert held == stream.Choice(False, f"held in memory ({what}; data.memory_budget_mb 1,000)")
-    at_budget = stream.choose([a], DataParams(memory_budget_mb=6 * stream.table_mb(a)), table=True)
+    at_budget = stream.choose([a], DataParams(memory_budget_mb=6 * stream.table_mb(a)))
     assert not at_budget.streamed
-    assert stream.choose([a], DataParams(memory_budget_mb=5.99 * stream.table_mb(a)), table=True).streamed
+    assert stream.choose([a], DataParams(memory_budget_mb=5.99 * stream.table_mb(a))).streamed
     small = DataParams(memory_budget_mb=0.001)
-    assert stream.choose([a, b], small, table=True) == stream.Choice(
+    assert stream.choose([a, b], small) == stream.Choice(
         True, f"streamed from disk ({what}, over data.memory_budget_mb 0)"
     )
-    assert stream.choose([a], small, table=False) == stream.Choice(
+    assert stream.choose([a], small, text=True) == stream.Choice(
         False,
         f"held in memory although over data.memory_budget_mb 0 (train: {uncompressed_mb(a):,.1f} MiB, about "
-        f"{6 * uncompressed_mb(a):,.0f} MiB in memory): only tables are streamed so far, not text or images",
+        f"{6 * uncompressed_mb(a):,.0f} MiB in memory): text is not streamed so far, tables and images are",
     )
 
 
@@ -873,7 +873,7 @@ def test_a_spilled_frame_reads_each_column_over_every_file_cast_to_its_type(tmp_
 def test_row_hashes_read_a_column_at_a_time_are_pandas_row_hashes() -> None:
     frame = pd.DataFrame({"a": [1.0, np.nan, 3.0], "b": ["x", None, "z"], "c": [True, False, True]})
     want = pd.util.hash_pandas_object(frame, index=False).to_numpy(dtype=np.uint64)
-    got = spill.row_hashes((frame[c] for c in frame.columns), 3)
+    got = spill.row_hashes((pd.util.hash_pandas_object(frame[c], index=False).to_numpy() for c in frame), 3)
     assert got.dtype == np.uint64 and got.tolist() == want.tolist()
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -147,33 +147,41 @@ class Preprocessor:
         return pre
 
     def _fit_images(self, train: pd.DataFrame, column: str, f: FeatureParams, where: str) -> None:
-        """The size, channels and per-channel mean/std of the train images (one pass, one image at a time)."""
+        """The size, channels and per-channel mean/std of the train images: two passes (headers, then pixels), one
+        image at a time, over the split a block of rows at a time (`_image_blocks`: one block when it is in memory),
+        so a split bigger than memory gives the same statistics, summed in the same order."""
         _require(train, [column], where)
-        values, names = self._image_values(train, column, where, None)
-        headers = [_header(v, n) for v, n in zip(values, names)]  # (mode, (width, height)), not decoded
-        grayscale = all(mode in GRAY_MODES for mode, _ in headers)
+        grayscale, first, other = True, None, None  # first: (name, (width, height)); other: the first of another size
+        for values, names in _image_blocks(train, column, where):
+            for value, name in zip(values, names):
+                mode, found = _header(value, name)  # not decoded
+                grayscale = grayscale and mode in GRAY_MODES
+                if first is None:
+                    first = (name, found)
+                elif other is None and found != first[1]:
+                    other = (name, found)
+        assert first is not None, "fit refuses an empty train split"
         self.image_column, self.image_channels = column, 1 if grayscale else 3
         if f.image_size is not None:
             size = [f.image_size] * 2 if isinstance(f.image_size, int) else list(f.image_size)
             self.image_size, self.image_resize = size, True
         else:
-            first = headers[0][1]
-            other = next((i for i, (_, size) in enumerate(headers) if size != first), None)
             if other is not None:
-                w0, h0 = first
-                w, h = headers[other][1]
+                (w0, h0), (w, h) = first[1], other[1]
                 raise DataError(
-                    f"{where}: image {names[other]} is {h}x{w} (height x width) but {names[0]} is {h0}x{w0}; "
+                    f"{where}: image {other[0]} is {h}x{w} (height x width) but {first[0]} is {h0}x{w0}; "
                     "images of different sizes need features.image_size, the [height, width] to resize them to"
                 )
-            self.image_size, self.image_resize = [first[1], first[0]], False
+            self.image_size, self.image_resize = [first[1][1], first[1][0]], False
         total = np.zeros(self.image_channels)
         squares = np.zeros(self.image_channels)
-        for value, name in zip(values, names):
-            x = self._pixels(_open_image(value, name), name, where).astype(np.float64)
-            total += x.sum(axis=(1, 2))
-            squares += (x * x).sum(axis=(1, 2))
-        count = len(values) * self.image_size[0] * self.image_size[1]
+        count = 0
+        for values, names in _image_blocks(train, column, where):
+            for value, name in zip(values, names):
+                x = self._pixels(_open_image(value, name), name, where).astype(np.float64)
+                total += x.sum(axis=(1, 2))
+                squares += (x * x).sum(axis=(1, 2))
+            count += len(values) * self.image_size[0] * self.image_size[1]
         mean = total / count
         std = np.sqrt(np.maximum(squares / count - mean * mean, 0.0))
         self.image_mean = mean.tolist()
@@ -258,7 +266,7 @@ class Preprocessor:
         if self.image_column is None:
             raise ValueError("this preprocessor has no image column")
         _require(frame, [self.image_column], where)
-        return self._image_values(frame, self.image_column, where, base)
+        return _image_values(frame, self.image_column, where, base)
 
     def decode(self, values: Sequence[bytes | Path], names: Sequence[str], where: str = "input") -> np.ndarray:
         """uint8 [len(values), channels, height, width]: the images decoded, converted and sized as in training."""
@@ -266,28 +274,6 @@ class Preprocessor:
         for i, (v, name) in enumerate(zip(values, names)):
             out[i] = self._pixels(_open_image(v, name), name, where)
         return out
-
-    def _image_values(
-        self, frame: pd.DataFrame, column: str, where: str, base: Path | None
-    ) -> tuple[list[bytes | Path], list[str]]:
-        paths = frame[column + "_path"].to_numpy(dtype=object) if column + "_path" in frame.columns else None
-        values: list[bytes | Path] = []
-        names: list[str] = []
-        for i, v in enumerate(frame[column].to_numpy(dtype=object, na_value=None)):
-            known = paths[i] if paths is not None and isinstance(paths[i], str) and paths[i] else None
-            if isinstance(v, bytes | bytearray | memoryview):
-                values.append(bytes(v))
-                names.append(known or f"in {where}, row {i}")
-            elif isinstance(v, str | Path) and str(v).strip():
-                path = Path(str(v).strip()).expanduser()
-                values.append(path if path.is_absolute() or base is None else base / path)
-                names.append(str(v))
-            else:
-                raise DataError(
-                    f"{where}, row {i}: column {column!r} should hold an image (a file's path, or its bytes) but has "
-                    f"{v!r}; fill it in or drop the row"
-                )
-        return values, names
 
     def _pixels(self, image: Any, name: str, where: str) -> np.ndarray:
         """uint8 [channels, height, width] of an opened PIL image."""
@@ -372,6 +358,46 @@ class Preprocessor:
 
 
 # --- images ----------------------------------------------------------------------------------------------------------
+
+
+def _image_values(
+    frame: pd.DataFrame, column: str, where: str, base: Path | None, first_row: int = 0
+) -> tuple[list[bytes | Path], list[str]]:
+    """Each row's image (bytes, or a path relative to `base`) and its name in messages: its file's path (the
+    `<column>_path` column ingest writes) or its row (`first_row`: the frame's first row's number in `where`)."""
+    paths = frame[column + "_path"].to_numpy(dtype=object) if column + "_path" in frame.columns else None
+    values: list[bytes | Path] = []
+    names: list[str] = []
+    for i, v in enumerate(frame[column].to_numpy(dtype=object, na_value=None)):
+        known = paths[i] if paths is not None and isinstance(paths[i], str) and paths[i] else None
+        if isinstance(v, bytes | bytearray | memoryview):
+            values.append(bytes(v))
+            names.append(known or f"in {where}, row {first_row + i}")
+        elif isinstance(v, str | Path) and str(v).strip():
+            path = Path(str(v).strip()).expanduser()
+            values.append(path if path.is_absolute() or base is None else base / path)
+            names.append(str(v))
+        else:
+            raise DataError(
+                f"{where}, row {first_row + i}: column {column!r} should hold an image (a file's path, or its "
+                f"bytes) but has {v!r}; fill it in or drop the row"
+            )
+    return values, names
+
+
+def _image_blocks(frame: Any, column: str, where: str) -> Iterator[tuple[list[bytes | Path], list[str]]]:
+    """(values, names) of the frame's images a block of rows at a time: a split read from its file
+    (stream.ParquetColumns: `row_blocks`) block by block, a frame in memory as one block."""
+    read = getattr(frame, "row_blocks", None)
+    if read is None:
+        yield _image_values(frame, column, where, None)
+        return
+    path = column + "_path"
+    first = 0
+    for block in read([column, path] if path in frame.columns else [column]):
+        yield _image_values(block, column, where, None, first)
+        first += len(block)
+
 
 GRAY_MODES = frozenset({"1", "L", "LA", "La", "I", "I;16", "I;16B", "I;16L", "I;16N", "F"})
 

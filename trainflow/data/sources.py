@@ -158,7 +158,7 @@ def read_source(d: DataParams, root: Path, spill: Path | None = None) -> RawTabl
         return _read_builtin(d.source)
     folder = _image_folder(d.source, root)
     if folder is not None:
-        return read_image_folder(folder, d, root)
+        return read_image_folder(folder, d, root, spill)
     files = resolve_files(d.source, root)
     fmt = _format(files, d, root)
     delimiter = d.delimiter or ("\t" if fmt == "tsv" else ",")
@@ -908,10 +908,13 @@ def _image_folder(source: str, root: Path) -> Path | None:
     return full
 
 
-def read_image_folder(folder: Path, d: DataParams, root: Path) -> RawTable:
+def read_image_folder(folder: Path, d: DataParams, root: Path, spill: Path | None = None) -> RawTable:
     """<folder>/<class>/<file>: one row per image file, sorted by class then path; the target is the class folder's
     name. Columns: the image's bytes (data.image_column, default `image`), its path (`image_path`, relative to the
-    project root), the target (data.target)."""
+    project root), the target (data.target).
+
+    `spill`: a folder where images that together would take more than data.memory_budget_mb are written, a chunk of
+    about IMAGE_CHUNK_BYTES at a time, as they are read and checked (`_spill_images`); the choice is printed."""
     column = d.image_column or DEFAULT_IMAGE_COLUMN
     stray = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
     if stray:
@@ -937,6 +940,13 @@ def read_image_folder(folder: Path, d: DataParams, root: Path) -> RawTable:
                 )
         files += found
         labels += [class_dir.name] * len(found)
+    if spill is not None:
+        size = sum(p.stat().st_size for p in files)
+        streamed, why = _image_stream_choice(len(files), size, d)
+        print(f"ingest: {why}", file=sys.stderr)
+        if streamed:
+            frame = _spill_images(files, labels, column, d.target, root, spill, size)
+            return RawTable(frame, d.source, files, [1] * len(files), "images", root, image_column=column)
     images = [_read_image_file(p, _shown(p, root)) for p in files]
     frame = pd.DataFrame(
         {
@@ -946,6 +956,60 @@ def read_image_folder(folder: Path, d: DataParams, root: Path) -> RawTable:
         }
     )
     return RawTable(frame, d.source, files, [1] * len(files), "images", root, image_column=column)
+
+
+IMAGE_CHUNK_BYTES = 32 << 20  # a streamed folder of images is spilled, and later written, about this much at a time
+
+
+def _image_stream_choice(count: int, size: int, d: DataParams) -> tuple[bool, str]:
+    """Whether a folder of images is spilled as it is read: when about MEMORY_PER_BYTE times its files' bytes is over
+    data.memory_budget_mb (as for a table's files)."""
+    from trainflow.data.stream import budget_mb
+
+    need, budget = MEMORY_PER_BYTE * size / 2**20, budget_mb(d)
+    what = f"{count:,} image{'s' if count != 1 else ''} of {size / 2**20:,.1f} MiB, about {need:,.0f} MiB in memory"
+    if need <= budget:
+        return False, f"read into memory ({what}; data.memory_budget_mb {budget:,.0f})"
+    return True, (
+        f"read into chunks of about {IMAGE_CHUNK_BYTES >> 20} MiB on disk as they are checked ({what}, over "
+        f"data.memory_budget_mb {budget:,.0f})"
+    )
+
+
+def _spill_images(
+    files: list[Path], labels: list[str], column: str, target: str, root: Path, folder: Path, size: int
+) -> SpilledFrame:
+    """The images read and checked one at a time (as in memory), written to Arrow IPC chunks of `rows` rows: the
+    columns the in-memory frame has, so the same typed table, row keys and split come out. `rows` is the chunks'
+    row count and the spilled columns' record batch (`SpilledFrame.batch_rows`): about IMAGE_CHUNK_BYTES of images,
+    so every later step over the table (row keys, the typed columns, the Parquet row groups) holds that much."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = max(1, int(IMAGE_CHUNK_BYTES * len(files) / max(size, 1)))
+    path_column = column + PATH_SUFFIX
+    parts: list[Path] = []
+    bar = progress(len(files), desc="ingest: images", unit="image")
+    for lo in range(0, len(files), rows):
+        chunk = files[lo : lo + rows]
+        shown = [_shown(p, root) for p in chunk]
+        images = [_read_image_file(p, name) for p, name in zip(chunk, shown)]
+        table = pa.table(
+            {
+                column: pa.array(images, pa.binary()),
+                path_column: pa.array(shown, pa.string()),
+                target: pa.array(labels[lo : lo + rows], pa.string()),
+            }
+        )
+        parts.append(folder / f"images-{len(parts)}.arrow")
+        feather.write_feather(table, parts[-1], compression="uncompressed")  # encoded images do not compress
+        del table, images
+        pa.default_memory_pool().release_unused()
+        bar.update(len(chunk))
+    bar.close()
+    types = {column: pa.binary(), path_column: pa.string(), target: pa.string()}
+    shown_files = [_shown(p, root) for p in files]
+    frame = SpilledFrame(folder, [parts], list(types), types, {}, len(files), shown_files)
+    frame.batch_rows = rows
+    return frame
 
 
 def read_images(raw: RawTable, column: str) -> None:

@@ -70,6 +70,7 @@ class SpilledFrame:
         self.folder, self.parts, self.columns, self.types = folder, parts, columns, types
         self.replaced, self.shown = replaced, shown
         self.shape = (rows, len(columns))
+        self.batch_rows = BATCH_ROWS  # rows per record batch of the typed columns (fewer for images: their bytes)
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -96,57 +97,61 @@ class SpilledFrame:
         pa.default_memory_pool().release_unused()  # the files' read buffers, before the next column's
         return to_pandas(pa.table({name: column}))[name]
 
-    def whole_dtypes(self) -> dict[str, Any]:
+    def whole_dtypes(self, columns: list[str] | None = None) -> dict[str, Any]:
         """Each column's pandas dtype in the whole frame. A block's can differ: Arrow integers and booleans become
         float64 and object in pandas where the column holds a null, so a block without one would be int64 or bool
         (and hash differently) while the whole column is not."""
         dtypes = {}
-        for name in self.columns:
+        for name in self.columns if columns is None else columns:
             kind = self.types[name]
             nulls = (pa.types.is_integer(kind) or pa.types.is_boolean(kind)) and self.arrow(name).null_count > 0
             dtypes[name] = to_pandas(pa.table({name: pa.array([None] if nulls else [], kind)}))[name].dtype
         return dtypes
 
-    def row_blocks(self) -> Iterator[pd.DataFrame]:
-        """Every column, a block of rows at a time (a chunk of a csv file, a batch of a Parquet one), in row order;
-        each column of the dtype it has in the whole frame."""
-        dtypes = self.whole_dtypes()
+    def row_blocks(self, columns: list[str] | None = None) -> Iterator[pd.DataFrame]:
+        """These columns (default: every one), a block of rows at a time (a chunk of a csv file or folder of images, a
+        batch of a Parquet file), in row order; each column of the dtype it has in the whole frame."""
+        names = self.columns if columns is None else columns
+        dtypes = self.whole_dtypes(names)
         for f, files in enumerate(self.parts):
-            replaced = {n: read_column(p, n) for (g, n), p in self.replaced.items() if g == f}
+            replaced = {n: read_column(p, n) for (g, n), p in self.replaced.items() if g == f and n in names}
             lo = 0
             for path in files:
                 if path.suffix == ".arrow":
-                    batches: Iterable[pa.RecordBatch | pa.Table] = [feather.read_table(path, memory_map=False)]
+                    read = [n for n in names if n not in replaced] or names[:1]  # one column at least: the rows
+                    batches: Iterable[pa.RecordBatch | pa.Table] = [
+                        feather.read_table(path, columns=read, memory_map=False)
+                    ]
                 else:
                     file = pq.ParquetFile(path, pre_buffer=False)
-                    batches = file.iter_batches(batch_size=BATCH_ROWS, columns=self.columns)
+                    batches = file.iter_batches(batch_size=BATCH_ROWS, columns=names)
                 for batch in batches:
                     n = batch.num_rows
-                    columns = {
+                    arrays = {
                         name: (replaced[name].slice(lo, n) if name in replaced else batch.column(name))
-                        for name in self.columns
+                        for name in names
                     }
                     lo += n
-                    table = pa.table({k: v.cast(self.types[k]) for k, v in columns.items()})
+                    table = pa.table({k: v.cast(self.types[k]) for k, v in arrays.items()})
                     block = to_pandas(table)
-                    del table, columns, batch
+                    del table, arrays, batch
                     pa.default_memory_pool().release_unused()
                     yield block.astype({k: t for k, t in dtypes.items() if block[k].dtype != t})
 
 
-def row_hashes(columns: Iterable[pd.Series], count: int) -> np.ndarray:
-    """pd.util.hash_pandas_object(frame, index=False) of the frame of these columns, reading one at a time: pandas'
-    own combination of its per-column hashes, fed lazily."""
-    hashes = (pd.util.hash_pandas_object(s, index=False).to_numpy(dtype=np.uint64) for s in columns)
-    return np.asarray(combine_hash_arrays(hashes, count), dtype=np.uint64)
+def row_hashes(hashes: Iterable[np.ndarray], count: int) -> np.ndarray:
+    """pd.util.hash_pandas_object(frame, index=False) of a frame of `count` columns from each column's own hashes
+    (hash_pandas_object of the column), given one at a time: pandas' own combination, fed lazily."""
+    return np.asarray(combine_hash_arrays(iter(hashes), count), dtype=np.uint64)
 
 
 class ColumnSpill:
     """Typed columns written to Arrow IPC files in `folder`, each as pandas' to_parquet would convert it, then read
     back whole (`series`) or a batch of rows of every column at a time (`write_table`)."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, batch_rows: int | None = None) -> None:
         self.folder = folder
+        self.batch_rows = batch_rows or BATCH_ROWS  # rows per record batch, the same in every column
         folder.mkdir(parents=True, exist_ok=True)
         self.names: list[str] = []
 
@@ -155,13 +160,37 @@ class ColumnSpill:
 
     def put(self, name: str, values: Any) -> None:
         series = values if isinstance(values, pd.Series) else pd.Series(values, copy=False)
-        table = pa.Table.from_pandas(series.to_frame(name), preserve_index=False)
+        self.put_chunks(name, [series])
+
+    def put_chunks(self, name: str, chunks: Iterable[pd.Series]) -> None:
+        """The column given as consecutive pieces (a column of images a spilled chunk at a time): stored as `put`
+        stores the whole column, converted as the first piece is (pieces are cast to its types)."""
         if name not in self.names:
             self.names.append(name)
-        with pa.OSFile(str(self._path(name)), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-            for lo in range(0, table.num_rows, BATCH_ROWS):  # one batch per BATCH_ROWS rows in every column
-                writer.write_table(table.slice(lo, BATCH_ROWS).combine_chunks())
-        del table
+        with contextlib.ExitStack() as files:
+            writer: pa.ipc.RecordBatchFileWriter | None = None
+            schema: pa.Schema | None = None
+            pending: list[pa.Table] = []
+            for series in chunks:
+                table = pa.Table.from_pandas(series.to_frame(name), preserve_index=False)
+                if writer is None or schema is None:
+                    schema = table.schema
+                    sink = files.enter_context(pa.OSFile(str(self._path(name)), "wb"))
+                    writer = files.enter_context(pa.ipc.new_file(sink, schema))
+                pending.append(table.cast(schema))
+                del table
+                while sum(t.num_rows for t in pending) >= self.batch_rows:  # one batch per batch_rows rows
+                    joined = pa.concat_tables(pending)
+                    writer.write_table(joined.slice(0, self.batch_rows).combine_chunks())
+                    pending = [joined.slice(self.batch_rows)]
+                    del joined
+                    pa.default_memory_pool().release_unused()
+            if writer is None:
+                raise ValueError(f"column {name!r}: no values given")
+            rest = pa.concat_tables(pending)
+            if rest.num_rows:
+                writer.write_table(rest.combine_chunks())
+            del pending, rest
         pa.default_memory_pool().release_unused()  # Arrow's allocator keeps freed memory until asked to give it back
 
     def series(self, name: str) -> pd.Series:
@@ -171,9 +200,50 @@ class ColumnSpill:
         pa.default_memory_pool().release_unused()
         return column
 
+    def batches(self, name: str) -> Iterator[pd.Series]:
+        """The column a record batch (`batch_rows` rows) at a time, each converted as `series` converts the whole
+        column: the values were put from pandas, so their Arrow types and pandas metadata fix the dtype of every
+        batch alike."""
+        with pa.OSFile(str(self._path(name)), "rb") as source:
+            reader = pa.ipc.open_file(source)
+            for i in range(reader.num_record_batches):
+                yield pa.Table.from_batches([reader.get_batch(i)]).to_pandas()[name]
+
+    def hashes(self, name: str) -> np.ndarray:
+        """pd.util.hash_pandas_object(series(name), index=False), a batch at a time (a value's hash is its own)."""
+        out = np.empty(self.rows(name), dtype=np.uint64)
+        lo = 0
+        for s in self.batches(name):
+            out[lo : lo + len(s)] = pd.util.hash_pandas_object(s, index=False).to_numpy(dtype=np.uint64)
+            lo += len(s)
+        return out
+
+    def rows(self, name: str) -> int:
+        with pa.OSFile(str(self._path(name)), "rb") as source:
+            reader = pa.ipc.open_file(source)
+            return sum(reader.get_batch(i).num_rows for i in range(reader.num_record_batches))
+
     def take(self, rows: np.ndarray, names: list[str]) -> pd.DataFrame:
-        """These rows of these columns, as a frame (index 0..len-1)."""
-        return pd.DataFrame({n: self.series(n).take(rows).reset_index(drop=True) for n in names})
+        """These rows of these columns, as a frame (index 0..len-1); read a batch at a time, so a column of images is
+        never held whole."""
+        order = np.argsort(rows, kind="stable")
+        ordered = np.asarray(rows)[order]
+        columns = {}
+        for n in names:
+            parts, lo = [], 0
+            for s in self.batches(n):
+                hit = ordered[(ordered >= lo) & (ordered < lo + len(s))]
+                if len(hit):
+                    parts.append(s.iloc[hit - lo])
+                lo += len(s)
+            joined = pd.concat(parts) if parts else self._empty(n)
+            column = joined.iloc[np.argsort(order, kind="stable")] if len(joined) else joined  # back to `rows` order
+            columns[n] = column.reset_index(drop=True)
+        return pd.DataFrame(columns)
+
+    def _empty(self, name: str) -> pd.Series:
+        with pa.OSFile(str(self._path(name)), "rb") as source:
+            return pa.ipc.open_file(source).schema.empty_table().to_pandas()[name]
 
     def write_table(self, dest: Path, names: list[str], keep: np.ndarray | None) -> int:
         """Write columns `names` as one Parquet file, the rows where `keep` (all when None), a batch at a time; read

@@ -9,8 +9,13 @@ block of rows at a time, never whole.
 
 Peak memory: one column (fit) or one block of rows (transform); the files' pages stay in the OS's page cache, never
 mapped into the process.
+- Images are copied a block of rows at a time from the split's Parquet file into one file of their encoded bytes
+  back to back, with each one's offset (`image_data`): a batch reads its images by offset (`RecordFile`) and decodes
+  them in the background, as in memory when they are too many to hold decoded. The fit reads the images a block at a
+  time too (`ParquetColumns.row_blocks`).
+
 The evaluate stage (and register's re-score) score a big test split a block of whole batches at a time: the same
-batches, so the same outputs. So far tables only: text and images are held in memory (the stages say so).
+batches, so the same outputs. Text is held in memory (the stages say so).
 """
 
 from __future__ import annotations
@@ -26,7 +31,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+import torch
 
+from trainflow.data.sources import PATH_SUFFIX
+from trainflow.engine.data import ImageData, RecordFile
 from trainflow.errors import DataError
 from trainflow.paths import restore
 
@@ -86,19 +94,19 @@ class Choice:
 MEMORY_PER_TABLE_BYTE = 6
 
 
-def choose(paths: list[Path], d: DataParams, table: bool) -> Choice:
+def choose(paths: list[Path], d: DataParams, text: bool = False) -> Choice:
     """Stream the splits when together they would take more than the budget in memory (MEMORY_PER_TABLE_BYTE times
-    their data), and the data is a table."""
+    their data), unless the data is text."""
     size, budget = sum(table_mb(p) for p in paths), budget_mb(d)
     need = MEMORY_PER_TABLE_BYTE * size
     what = f"{' + '.join(p.stem for p in paths)}: {size:,.1f} MiB, about {need:,.0f} MiB in memory"
     if need <= budget:
         return Choice(False, f"held in memory ({what}; data.memory_budget_mb {budget:,.0f})")
-    if not table:
+    if text:
         return Choice(
             False,
-            f"held in memory although over data.memory_budget_mb {budget:,.0f} ({what}): only tables are streamed "
-            "so far, not text or images",
+            f"held in memory although over data.memory_budget_mb {budget:,.0f} ({what}): text is not streamed "
+            "so far, tables and images are",
         )
     return Choice(True, f"streamed from disk ({what}, over data.memory_budget_mb {budget:,.0f})")
 
@@ -122,6 +130,11 @@ class ParquetColumns:
         pa.default_memory_pool().release_unused()  # the reader's buffers, before the column is worked on
         return column
 
+    def row_blocks(self, columns: list[str]) -> Iterator[pd.DataFrame]:
+        """These columns a block of about BLOCK_BYTES of the file's data at a time (a column of images is never read
+        whole)."""
+        return blocks(self.path, data_rows(self.path), columns)
+
 
 def blocks(path: Path, rows: int, columns: list[str]) -> Iterator[pd.DataFrame]:
     """The split at `path` as frames of `rows` rows (the last one shorter), in file order, read as needed."""
@@ -136,10 +149,9 @@ def write_parts(path: Path, part_of_row: np.ndarray, dests: list[Path], drop: li
     in-memory `frame.iloc[rows]` written with to_parquet would be: the same columns, dtypes and values. Returns the
     rows per part."""
     file = _open(path)
-    n = int(file.metadata.num_rows)
     columns = [c for c in file.schema_arrow.names if c not in drop]
     schema = pa.schema([file.schema_arrow.field(c) for c in columns], metadata=file.schema_arrow.metadata)
-    rows = max(1, int(BLOCK_BYTES * n / max(1.0, table_mb(path) * 2**20))) if n else 1
+    rows = data_rows(path)
     writers = [pq.ParquetWriter(dest, schema) for dest in dests]
     counts = [0] * len(dests)
     try:
@@ -159,10 +171,25 @@ def write_parts(path: Path, part_of_row: np.ndarray, dests: list[Path], drop: li
     return counts
 
 
+def data_rows(path: Path, multiple: int = 1) -> int:
+    """Rows per block: about BLOCK_BYTES of the Parquet file's data (uncompressed), a whole number of `multiple`s."""
+    n = int(_open(path).metadata.num_rows)
+    rows = max(1, int(BLOCK_BYTES * n / max(1.0, table_mb(path) * 2**20))) if n else 1
+    return max(multiple, rows - rows % multiple)
+
+
 def block_rows(width: int, multiple: int = 1) -> int:
     """Rows per block: about BLOCK_BYTES of float32 matrix of `width` columns, a whole number of `multiple`s."""
     rows = max(1, BLOCK_BYTES // max(1, 4 * width))
     return max(multiple, rows - rows % multiple)
+
+
+def input_columns(pre: Preprocessor, path: Path) -> list[str]:
+    """The columns of the split at `path` that the model's inputs and targets are made from: the table's features,
+    or the image column and its paths (when the file has them, for messages), and the target."""
+    images = [] if pre.image_column is None else [pre.image_column, pre.image_column + PATH_SUFFIX]
+    names = set(_open(path).schema_arrow.names)
+    return [*pre.raw_features, *(c for c in images if c in names or c == pre.image_column), pre.target]
 
 
 def head(path: Path, n: int) -> pd.DataFrame:
@@ -200,3 +227,42 @@ def _npy(path: Path, dtype: type, shape: tuple[int, ...]) -> Iterator[BinaryIO]:
         written, expected = f.tell() - start, int(np.prod(shape)) * np.dtype(dtype).itemsize
         if written != expected:
             raise AssertionError(f"{path}: wrote {written} bytes of data, its header says {expected}")
+
+
+def image_data(pre: Preprocessor, path: Path, dest: Path, where: str) -> ImageData:
+    """The images and targets of the split at `path`, as model_inputs makes them, without holding the images: their
+    encoded bytes are copied a block of rows at a time to dest/images.bin, back to back, and a batch reads its rows
+    by offset (`RecordFile`: 8 bytes a row held) and decodes them in the background. The targets are held (a few
+    bytes a row), and the images' names (their paths, for messages) as Arrow strings."""
+    column = pre.image_column
+    assert column is not None, "image_data needs a preprocessor with an image column"
+    n = int(_open(path).metadata.num_rows)
+    named = column + PATH_SUFFIX in _open(path).schema_arrow.names
+    dest.mkdir(parents=True, exist_ok=True)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    targets: list[np.ndarray] = []
+    names: list[pa.Array] = []
+    lo = 0
+    with (dest / "images.bin").open("wb") as out:
+        read = [column, *([column + PATH_SUFFIX] if named else []), pre.target]
+        for frame in blocks(path, data_rows(path), read):
+            images = frame[column].to_numpy(dtype=object)
+            offsets[lo + 1 : lo + 1 + len(frame)] = offsets[lo] + np.cumsum([len(v) for v in images])
+            out.write(b"".join(images))
+            labels = pre.labels(frame, where)
+            targets.append(pre.scale_target(labels) if pre.task == "regression" else labels)
+            if named:
+                names.append(pa.array(frame[column + PATH_SUFFIX].to_numpy(dtype=object), pa.string()))
+            lo += len(frame)
+    images_file = RecordFile(dest / "images.bin", offsets)
+    shown = pa.chunked_array(names, pa.string()) if named else None
+
+    def name(i: int) -> str:
+        known = shown[i].as_py() if shown is not None else None
+        return known or f"in {where}, row {i}"
+
+    def decode(rows: list[int]) -> torch.Tensor:
+        return torch.from_numpy(pre.decode(images_file.read(rows), [name(i) for i in rows], where))
+
+    y = np.concatenate(targets) if targets else np.zeros(0, dtype=np.int64)
+    return ImageData(decode, torch.from_numpy(y), pre.image_mean, pre.image_std)

@@ -121,7 +121,7 @@ def infer_schema(
     A table read a column at a time (`spill.SpilledFrame`) is typed a column at a time by the same code, each typed
     column written to a spill beside it, and returned as a `SpilledTable` that writes the same Parquet file."""
     frame = table.frame
-    store = ColumnSpill(frame.folder / "typed") if isinstance(frame, SpilledFrame) else None
+    store = ColumnSpill(frame.folder / "typed", frame.batch_rows) if isinstance(frame, SpilledFrame) else None
     columns = _check_columns(table, d)
     image: str | None = getattr(table, "image_column", None)
     features = _features(table, d, columns, image)
@@ -135,11 +135,15 @@ def infer_schema(
             col.spill(store)
     if d.text_column is not None:
         cols.append(_text(table, d.text_column, columns[d.text_column]))
-    if image is not None:  # the reader checked every image: each is a decodable file's bytes
-        cols.append(_Column(image, "image", frame[columns[image]].to_numpy(dtype=object)))
     if store is not None:
         for col in cols[len(features) :]:
             col.spill(store)
+    if image is not None:  # the reader checked every image: each is a decodable file's bytes
+        if isinstance(frame, SpilledFrame) and store is not None:  # copied a chunk at a time, never read whole
+            store.put_chunks(image, (block[columns[image]] for block in frame.row_blocks([columns[image]])))
+            cols.append(_Column(image, "image", None, store=store))
+        else:
+            cols.append(_Column(image, "image", frame[columns[image]].to_numpy(dtype=object)))
     kinds = {c.name: c.kind for c in cols}
     if previous is not None:
         _check_drift(table, d, previous, features, kinds, columns)
@@ -234,8 +238,8 @@ class _FrameColumns:
     def __init__(self, frame: pd.DataFrame) -> None:
         self.frame, self.names = frame, list(frame.columns)
 
-    def series(self, name: str) -> pd.Series:
-        return self.frame[name]
+    def hashes(self, name: str) -> np.ndarray:
+        return pd.util.hash_pandas_object(self.frame[name], index=False).to_numpy(dtype=np.uint64)
 
     def take(self, rows: np.ndarray) -> pd.DataFrame:
         return self.frame.take(rows)
@@ -247,8 +251,8 @@ class _SpillColumns:
     def __init__(self, store: ColumnSpill, names: list[str]) -> None:
         self.store, self.names = store, names
 
-    def series(self, name: str) -> pd.Series:
-        return self.store.series(name)
+    def hashes(self, name: str) -> np.ndarray:
+        return self.store.hashes(name)  # a batch at a time: a column of images is never read whole
 
     def take(self, rows: np.ndarray) -> pd.DataFrame:
         return self.store.take(rows, self.names)
@@ -951,6 +955,7 @@ def _missing(
     if not cols:
         return keep
     missing = np.zeros(len(table.frame), dtype=bool)
+    cols = [c for c in cols if c.kind != "image"]  # never missing: the reader refuses a row without an image
     for c in cols:  # one column's values at a time
         missing |= np.asarray(pd.isna(c.get()), dtype=bool)
     if keep is not None:
@@ -976,13 +981,13 @@ class _Columns(Protocol):
 
     names: list[str]
 
-    def series(self, name: str) -> pd.Series: ...
+    def hashes(self, name: str) -> np.ndarray: ...  # pd.util.hash_pandas_object of the column, index=False
 
     def take(self, rows: np.ndarray) -> pd.DataFrame: ...
 
 
 def _hashes(out: _Columns) -> np.ndarray:
-    return row_hashes((out.series(n) for n in out.names), len(out.names))
+    return row_hashes((out.hashes(n) for n in out.names), len(out.names))
 
 
 def _duplicates(

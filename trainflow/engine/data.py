@@ -127,6 +127,34 @@ class RowFile:
             os.close(self.fd)
 
 
+class RecordFile:
+    """Records of any length stored back to back in one file (images' encoded bytes), record i at bytes
+    offsets[i]:offsets[i + 1]; read by `pread`, one call per record, so the process holds just the records asked
+    for (as RowFile)."""
+
+    def __init__(self, path: os.PathLike[str] | str, offsets: np.ndarray) -> None:
+        self.path, self.offsets = str(path), offsets
+        self.fd = os.open(self.path, os.O_RDONLY)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def read(self, rows: Sequence[int]) -> list[bytes]:
+        """Records `rows`, in that order."""
+        out = []
+        for i in rows:
+            start, stop = int(self.offsets[i]), int(self.offsets[i + 1])
+            data = os.pread(self.fd, stop - start, start)
+            if len(data) != stop - start:
+                raise ValueError(f"{self.path} is shorter than its offsets say: was it truncated?")
+            out.append(data)
+        return out
+
+    def __del__(self) -> None:
+        if getattr(self, "fd", None) is not None:
+            os.close(self.fd)
+
+
 class Lookahead:
     """Makes the next batch in a background thread while the model trains on this one. The next batch is predicted as
     the window that follows this one in the epoch's order (`order`), or in index order (evaluation, or before an

@@ -110,14 +110,17 @@ def score_split(
     where, pre = str(path), exported.pre
     if not path.is_file():
         raise UserError(f"{stage}: {path} is missing; run `trainflow stage split` first")
-    held = stream.choose([path], d, table=pre.text_column is None and pre.image_column is None)
+    held = stream.choose([path], d, text=pre.text_column is not None)
     if not held.streamed:
         test = read_test(paths, stage)
         metrics, outputs = score(exported, test, where, batch_size)
         return metrics, outputs, pre.labels(test, where)
     print(f"{stage}: test data {held.why}", file=sys.stderr)
     labels, outputs = [], []
-    for frame in stream.blocks(path, stream.block_rows(pre.width, batch_size), [*pre.raw_features, pre.target]):
+    # A block holds about stream.BLOCK_BYTES of model inputs: float32 features, or an image's pixels (the encoded
+    # bytes read with them are smaller).
+    width = pre.width if pre.image_column is None else pre.image_channels * pre.image_size[0] * pre.image_size[1]
+    for frame in stream.blocks(path, stream.block_rows(width, batch_size), stream.input_columns(pre, path)):
         labels.append(pre.labels(frame, where))
         outputs.append(exported.outputs(frame, batch_size=batch_size, where=where))
     y, out = np.concatenate(labels), np.concatenate(outputs)

@@ -32,7 +32,7 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
     if not paths.table.is_file():
         raise UserError(f"split: {paths.table} is missing; run `trainflow stage ingest` first")
     schema = Schema.read(paths.schema)
-    choice = stream.choose([paths.table], params.data, table=True)  # any table: rows are only selected, never typed
+    choice = stream.choose([paths.table], params.data)  # text too: rows are only selected, never typed
     print(f"split: {choice.why}", file=sys.stderr)
     previous = Assignment.load(paths.splits / ASSIGNMENT)
     with atomic_dir(paths.splits) as tmp:

@@ -158,12 +158,11 @@ def _setup(
     configure_backends(params.train, device)
     schema = Schema.read(paths.split_schema)
     files = {s: paths.split_file(s) for s in ("train", "val")}
-    table = not (schema.text_column or schema.image_column)
-    held = stream.choose(list(files.values()), params.data, table)
+    held = stream.choose(list(files.values()), params.data, text=schema.text_column is not None)
     if group.is_main:
         print(f"train: data {held.why}", file=sys.stderr)
-    # Streamed: the frames are read a column at a time (the fit, the class weights), then a block of rows at a time
-    # into .npy files that batches read their rows from; in memory: whole, as DataFrames.
+    # Streamed: the frames are read a column (images: a block of rows) at a time (the fit, the class weights), then a
+    # block of rows at a time into files that batches read their rows from; in memory: whole, as DataFrames.
     frames = {s: stream.ParquetColumns(f) if held.streamed else paths.read_split(s) for s, f in files.items()}
     pretrained = hf.resolve(params.model.name, paths.root) if hf.is_hf(params.model.name) else None
     tokenizer = hf.tokenizer(pretrained, params.features.max_length) if pretrained and schema.text_column else None
@@ -171,7 +170,9 @@ def _setup(
     precision = resolve_precision(params.train.precision, device)
     train: MemmapData | TensorData | TextData | ImageData
     val: MemmapData | TensorData | TextData | ImageData
-    if held.streamed:
+    if held.streamed and schema.image_column:  # images: their encoded bytes, decoded batch by batch
+        train, val = (stream.image_data(pre, f, scratch / s, str(f)) for s, f in files.items())
+    elif held.streamed:  # a table: its preprocessed matrix
         train, val = (MemmapData(*stream.write_matrix(pre, f, scratch / s, str(f))) for s, f in files.items())
     else:
         train, val = (model_inputs(pre, f, str(files[s]), with_labels=True) for s, f in frames.items())
