@@ -65,6 +65,7 @@ class Workspace:
     root: Path
     env: dict[str, str]
     run_s: float = 30.0  # how long a run that trains takes here (measured by `workspace`)
+    first_log: str = ""  # what the first run printed (stderr)
 
     def run(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
         return subprocess.run(args, cwd=self.root, env=self.env, capture_output=True, text=True, timeout=timeout)
@@ -100,15 +101,18 @@ class Round:
         }
 
 
-def workspace(dest: Path, make_project: Any, prefect_env: dict[str, str]) -> Workspace:
-    """The repo's pipeline on iris in `dest`, with its DVC remote, one MLflow store and the given Prefect setup."""
+def workspace(
+    dest: Path, make_project: Any, prefect_env: dict[str, str], params: dict[str, Any] | None = None
+) -> Workspace:
+    """The repo's pipeline on iris in `dest`, with its DVC remote, one MLflow store and the given Prefect setup;
+    `params`: more overrides (data.memory_budget_mb tiny: every stage after ingest streams)."""
     root = make_project(
         dest / "proj",
         {"data.source": "builtin:iris", "register.model_name": "iris", "train.epochs": 4, "train.batch_size": 16,
          "train.progress": "false",
          # the point rule: registry_consistent's invariant is its outcome (the best accuracy holds the alias); the
          # paired rule's evidence is tested in tests/stages/test_registry.py, its crash-safety is the same code's
-         "register.decide": "point"},
+         "register.decide": "point", **(params or {})},
     )  # fmt: skip
     env = {
         **os.environ,
@@ -124,6 +128,7 @@ def workspace(dest: Path, make_project: Any, prefect_env: dict[str, str]) -> Wor
     if first.returncode != 0:
         raise RuntimeError(f"the first run failed:\n{first.stdout[-3000:]}{first.stderr[-3000:]}")
     ws.run_s = time.monotonic() - start
+    ws.first_log = first.stderr
     return ws
 
 

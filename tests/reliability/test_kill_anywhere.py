@@ -23,12 +23,21 @@ ROUNDS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[chaos.Workspace]:
+@pytest.fixture(
+    scope="module",
+    params=[None, pytest.param({"data.memory_budget_mb": 0.000001}, id="streamed", marks=pytest.mark.slow)],
+    ids=["in-memory", "streamed"],
+)
+def workspace(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[chaos.Workspace]:
+    """The pipeline holding its data in memory, or (slow tier) streaming it through split, train and evaluate: the
+    streamed files (models/.streamed) and the sharded row groups must meet the same invariants after a kill."""
     base = tmp_path_factory.mktemp("chaos")
     (base / "prefect-home").mkdir()
     with prefect_server(base / "prefect-home") as server:
-        yield chaos.workspace(base, make_project, server.env())
+        ws = chaos.workspace(base, make_project, server.env(), request.param)
+        streamed = ("split: streamed from disk", "train: data streamed from disk", "evaluate: test data streamed")
+        assert all((s in ws.first_log) == (request.param is not None) for s in streamed), ws.first_log[-3000:]
+        yield ws
 
 
 @pytest.mark.parametrize(("number", "change", "point"), [(n, c, p) for n, (c, p) in enumerate(ROUNDS, 1)])
