@@ -30,13 +30,14 @@ def read_table(path: Path) -> pd.DataFrame:
 
 
 def read_image_folder(folder: Path, column: str, target: str) -> pd.DataFrame:
-    """A folder of class folders as ingest reads it: the image (bytes), its path, the class as `target`."""
-    from trainflow.data.sources import read_image_folder as read
-    from trainflow.params import DataParams
+    """A folder of class folders, listed as ingest lists it: `read_images`' columns (the images are read when they
+    are decoded, a batch at a time once they are many: the folder may be bigger than memory) and the class as
+    `target`."""
+    from trainflow.data.sources import image_folder_files
 
-    d = DataParams.model_validate({"source": str(folder.resolve()), "image_column": column, "target": target})
     with _as_input():
-        return read(folder.resolve(), d, Path.cwd()).frame
+        files, labels = image_folder_files(folder.resolve(), Path.cwd())
+    return read_images(files, column).assign(**{target: labels})
 
 
 def read_images(files: list[Path], column: str) -> pd.DataFrame:
@@ -179,7 +180,7 @@ def predict_file(
     _check_free(frame, input)
     scored = exported.predict_frame(frame, batch_size, where=str(input), base=input.resolve().parent)
     if (images is not None or input.is_dir()) and column is not None:
-        scored = scored.drop(columns=[column])  # the images' bytes (or absolute paths); the paths as shown stay
+        scored = scored.drop(columns=[column])  # the images' absolute paths; the paths as shown stay
     write_table(scored.rename(columns=renamed), output)
     return {"model": model, "input": str(input), "output": str(output), "rows": len(scored), "task": exported.pre.task}
 

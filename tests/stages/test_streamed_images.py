@@ -269,3 +269,29 @@ def test_a_record_file_reads_records_by_offset_and_names_a_truncated_file(tmp_pa
     path.write_bytes(b"abcde")
     with pytest.raises(ValueError, match=r"r\.bin is shorter than its offsets say"):
         file.read([2])
+
+
+def test_predict_on_a_folder_of_class_folders_reads_each_image_when_it_decodes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`trainflow predict --input <folder of class folders>` lists the images and reads them batch by batch (the
+    folder may be bigger than memory), with the probabilities evaluate computes from the split's stored bytes."""
+    from trainflow import cli, predict
+    from trainflow.predict import ExportedModel
+
+    paths = project(tmp_path, "p", "null", "train.epochs=1")
+    for stage in ("ingest", "split", "train"):
+        run_stage(stage, load_params(paths.params), paths)
+    monkeypatch.setattr(sources, "_read_image_file", lambda *a: pytest.fail("predict read every image up front"))
+    monkeypatch.setattr(predict, "DECODE_ONCE_BYTES", 1)  # too many to hold decoded: a batch at a time
+    monkeypatch.chdir(paths.root)
+    args = ["predict", "--model", "models/final", "--input", "data/raw/imgs", "--output", "all.csv"]
+    assert cli.main([*args, "--batch-size", "16"]) == 0
+    every = pd.read_csv(paths.root / "all.csv").set_index("image_path")
+    assert len(every) == 240 and list(every.columns[:1]) == ["target"] and "image" not in every.columns
+    test = pd.read_parquet(paths.split_file("test"))
+    exported = ExportedModel.load(paths.final)
+    want = exported.outputs(test)  # decoded from the stored bytes, in batches of 1,024
+    got = every.loc[test["image_path"], [f"proba_{c}" for c in exported.pre.classes]].to_numpy()
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-15)  # written as csv: a float64's shortest repr round-trips
+    assert every.loc[test["image_path"], "target"].tolist() == test["target"].tolist()

@@ -908,14 +908,9 @@ def _image_folder(source: str, root: Path) -> Path | None:
     return full
 
 
-def read_image_folder(folder: Path, d: DataParams, root: Path, spill: Path | None = None) -> RawTable:
-    """<folder>/<class>/<file>: one row per image file, sorted by class then path; the target is the class folder's
-    name. Columns: the image's bytes (data.image_column, default `image`), its path (`image_path`, relative to the
-    project root), the target (data.target).
-
-    `spill`: a folder where images that together would take more than data.memory_budget_mb are written, a chunk of
-    about IMAGE_CHUNK_BYTES at a time, as they are read and checked (`_spill_images`); the choice is printed."""
-    column = d.image_column or DEFAULT_IMAGE_COLUMN
+def image_folder_files(folder: Path, root: Path) -> tuple[list[Path], list[str]]:
+    """The image files of a folder of class folders, sorted by class then path, and each one's class (its class
+    folder's name); DataErrors for a stray file, an empty class folder, a file that is not an image by its name."""
     stray = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
     if stray:
         raise DataError(
@@ -940,6 +935,18 @@ def read_image_folder(folder: Path, d: DataParams, root: Path, spill: Path | Non
                 )
         files += found
         labels += [class_dir.name] * len(found)
+    return files, labels
+
+
+def read_image_folder(folder: Path, d: DataParams, root: Path, spill: Path | None = None) -> RawTable:
+    """<folder>/<class>/<file>: one row per image file, sorted by class then path; the target is the class folder's
+    name. Columns: the image's bytes (data.image_column, default `image`), its path (`image_path`, relative to the
+    project root), the target (data.target).
+
+    `spill`: a folder where images that together would take more than data.memory_budget_mb are written, a chunk of
+    about IMAGE_CHUNK_BYTES at a time, as they are read and checked (`_spill_images`); the choice is printed."""
+    column = d.image_column or DEFAULT_IMAGE_COLUMN
+    files, labels = image_folder_files(folder, root)
     if spill is not None:
         size = sum(p.stat().st_size for p in files)
         streamed, why = _image_stream_choice(len(files), size, d)
