@@ -99,13 +99,13 @@ class DataParams(Section):
         gt=0,
         description="Memory (MiB) the data of a stage may take; null = a quarter of this machine's memory. Data "
         "that would take more than it in memory (about 3 times a source file's bytes, 6 times a split's Parquet "
-        "data) is streamed, tables and folders of images (not text yet): ingest parses a csv/tsv/jsonl/parquet "
-        "source in chunks into a spill and types it a column at a time (a folder of images: spilled in chunks as the "
-        "images are read), split assigns and writes rows a block at a time, train fits the preprocessing column by "
-        "column (images: a block at a time) and reads the preprocessed rows (images: their encoded bytes) from a "
-        "file on disk by row (models/.streamed/), and evaluate scores the test split a block of whole batches at a "
-        "time, with the same table, statistics, sample order, weights and metrics as in memory. It changes where "
-        "data is held, never the model. "
+        "data) is streamed, tables and images (not text yet): ingest parses a csv/tsv/jsonl/parquet source in "
+        "chunks into a spill and types it a column at a time (images, of a folder or a table of paths: spilled in "
+        "chunks as they are read), split assigns and writes rows a block at a time, train fits the preprocessing "
+        "column by column (images: a block at a time) and reads the preprocessed rows (images: their encoded bytes) "
+        "from a file on disk by row (models/.streamed/), and evaluate scores the test split a block of whole batches "
+        "at a time, with the same table, statistics, sample order, weights and metrics as in memory. It changes "
+        "where data is held, never the model. "
         "train.memory_budget_mb bounds the model's memory (batch_size auto), not the data's.",
     )
 

@@ -1090,7 +1090,7 @@ def test_stream_choice_messages(tmp_path: Path) -> None:
         "(its line breaks are not the byte \\n)")  # fmt: skip
     assert sources._stream_choice(files, "tsv", params(memory_budget_mb=2, image_column="p")) == (
         False, f"read into memory although over data.memory_budget_mb 2 ({what}): a table of images "
-        "(data.image_column) is not streamed yet")  # fmt: skip
+        "(data.image_column) is read whole, then its images spilled")  # fmt: skip
     second = tmp_path / "b.csv"
     with second.open("wb") as f:
         f.truncate(1500 << 20)

@@ -202,6 +202,11 @@ def read_source(d: DataParams, root: Path, spill: Path | None = None) -> RawTabl
     counts = [t.num_rows for t in tables]
     table = _concat(tables, files, root)
     tables.clear()  # only `table` holds the buffers now, so to_pandas(self_destruct) can free them as it goes
+    if d.image_column is not None and spill is not None:
+        raw = _raw_table(None, d, files, counts, fmt, root, delimiter, notes)  # rows' places, for messages
+        spilled = _spill_table_images(table, raw, d, spill)
+        if spilled is not None:
+            return spilled
     pa.default_memory_pool().release_unused()  # the csv reader's scratch memory: give it back before converting
     frame = _to_pandas(table)
     del table
@@ -239,7 +244,7 @@ def _stream_choice(files: list[Path], fmt: str, d: DataParams) -> tuple[bool, st
         return False, f"read into memory ({what}; data.memory_budget_mb {budget:,.0f})"
     held = f"read into memory although over data.memory_budget_mb {budget:,.0f} ({what})"
     if d.image_column is not None:
-        return False, f"{held}: a table of images (data.image_column) is not streamed yet"
+        return False, f"{held}: a table of images (data.image_column) is read whole, then its images spilled"
     if fmt == "jsonl" and not _lines_are_bytes(d.encoding):
         return False, f"{held}: jsonl in {d.encoding} is not streamed (its line breaks are not the byte \\n)"
     return True, f"read a column at a time from a spill on disk ({what}, over data.memory_budget_mb {budget:,.0f})"
@@ -1044,27 +1049,106 @@ def read_images(raw: RawTable, column: str) -> None:
     images: list[bytes] = []
     paths: list[str] = []
     for i, v in enumerate(values):
-        if isinstance(v, bytes | bytearray | memoryview):
-            data = bytes(v)
-            _check_image(data, raw.where(i, column))
-            images.append(data)
-            paths.append("")
-            continue
-        path = Path(str(v).strip()).expanduser()
-        if not path.is_absolute():
-            base = raw.files[raw.position(i)[0]].parent if raw.files else (raw.root or Path.cwd())
-            path = base / path
-        if not path.is_file():
-            raise DataError(
-                f"data.source: {raw.where(i, column)}: image {str(v)!r} does not exist (looked for {path}); paths "
-                "are relative to the table file's folder"
-            )
-        images.append(_read_image_file(path, f"{_shown(path, raw.root)} ({raw.where(i, column)})"))
-        paths.append(_shown(path, raw.root))
+        data, shown = _image_of(raw, i, v, column)
+        images.append(data)
+        paths.append(shown)
     position = list(frame.columns).index(column)
     frame[column] = _objects(images)
     frame.insert(position + 1, column + PATH_SUFFIX, paths)
     raw.image_column = column
+
+
+def _image_path(raw: RawTable, i: int, v: Any) -> Path:
+    """Row i's image path `v`, relative to the folder of the table file the row is in (builtin: the project root)."""
+    path = Path(str(v).strip()).expanduser()
+    if not path.is_absolute():
+        base = raw.files[raw.position(i)[0]].parent if raw.files else (raw.root or Path.cwd())
+        path = base / path
+    return path
+
+
+def _image_of(raw: RawTable, i: int, v: Any, column: str) -> tuple[bytes, str]:
+    """Row i's image, checked: (its bytes, its file's path as shown; "" for bytes held in the table)."""
+    if isinstance(v, bytes | bytearray | memoryview):
+        data = bytes(v)
+        _check_image(data, raw.where(i, column))
+        return data, ""
+    path = _image_path(raw, i, v)
+    if not path.is_file():
+        raise DataError(
+            f"data.source: {raw.where(i, column)}: image {str(v)!r} does not exist (looked for {path}); paths "
+            "are relative to the table file's folder"
+        )
+    return _read_image_file(path, f"{_shown(path, raw.root)} ({raw.where(i, column)})"), _shown(path, raw.root)
+
+
+def _spill_table_images(table: pa.Table, raw: RawTable, d: DataParams, folder: Path) -> RawTable | None:
+    """A table of image paths (or bytes) whose images would take more than data.memory_budget_mb in memory: the
+    table's rows with each image's bytes and path (`read_images`' columns), read and checked in row order into Arrow
+    IPC chunks of about IMAGE_CHUNK_BYTES of images, as a SpilledFrame of the same columns and types the in-memory
+    frame has; the same errors first. None (read into memory as before) when the images fit, or when the column is
+    not one of text or bytes (read_images then says what is wrong)."""
+
+    column = str(d.image_column)
+    names = table.column_names
+    if column not in names or column + PATH_SUFFIX in names:
+        return None
+    values = table.column(column)
+    kind = values.type
+    binary = pa.types.is_binary(kind) or pa.types.is_large_binary(kind)
+    if not (binary or pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        return None
+    n = table.num_rows
+    blank = (
+        pc.is_null(values)
+        if binary
+        else pc.or_kleene(pc.is_null(values), pc.equal(pc.utf8_trim_whitespace(values), ""))
+    )
+    missing = np.flatnonzero(blank.to_numpy(zero_copy_only=False).astype(bool, copy=False))
+    if len(missing):
+        raise DataError(
+            f"data.source: {raw.where(int(missing[0]), column)}: the image path is missing ({len(missing)} row(s) "
+            "without one); fill it in or drop the row"
+        )
+    sizes = np.zeros(n, dtype=np.int64)  # each image's bytes (0: a file that is not there, reported in order below)
+    for lo in range(0, n, 1 << 16):
+        for j, v in enumerate(values.slice(lo, 1 << 16).to_pylist(), lo):
+            if binary:
+                sizes[j] = len(v)
+            elif (path := _image_path(raw, j, v)).is_file():
+                sizes[j] = path.stat().st_size
+    size = int(sizes.sum())
+    streamed, why = _image_stream_choice(n, size, d)
+    if not streamed:
+        return None
+    print(f"ingest: images of {column!r}: {why}", file=sys.stderr)
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = max(1, int(IMAGE_CHUNK_BYTES * n / max(size, 1)))
+    position = names.index(column)
+    parts: list[list[Path]] = []
+    bar = progress(n, desc="ingest: images", unit="image")
+    start = 0
+    for count in raw.rows:  # a file's rows at a time, so no chunk holds two files' rows
+        parts.append([])
+        for lo in range(start, start + count, rows):
+            chunk = table.slice(lo, min(rows, start + count - lo))
+            read = [_image_of(raw, j, v, column) for j, v in enumerate(chunk.column(column).to_pylist(), lo)]
+            part = chunk.set_column(position, column, pa.array([r[0] for r in read], pa.binary()))
+            part = part.add_column(position + 1, column + PATH_SUFFIX, pa.array([r[1] for r in read], pa.string()))
+            parts[-1].append(folder / f"images-{len(parts)}-{len(parts[-1])}.arrow")
+            feather.write_feather(part, parts[-1][-1], compression="uncompressed")  # encoded images do not compress
+            del part, read
+            pa.default_memory_pool().release_unused()
+            bar.update(chunk.num_rows)
+        start += count
+    bar.close()
+    first = feather.read_table(parts[0][0], memory_map=False).schema
+    types = dict(zip(first.names, first.types))
+    shown = [_shown(p, raw.root) for p in raw.files]
+    frame = SpilledFrame(folder, parts, list(types), types, {}, n, shown)
+    frame.batch_rows = rows
+    raw.frame, raw.image_column = frame, column
+    return raw
 
 
 def _read_image_file(path: Path, shown: str) -> bytes:
