@@ -18,9 +18,26 @@ from trainflow.params import PipelineParams
 from trainflow.predict import CONFIG, WEIGHTS
 
 
-def model_config(params: PipelineParams, pre: Preprocessor, pretrained: Path | None = None) -> dict[str, Any]:
+def auto_model(pre: Preprocessor, device: torch.device) -> tuple[str, str]:
+    """model.name auto: the model for this data on this device, and why (the train stage prints both)."""
+    if pre.text_column and device.type == "cpu":
+        return "text_bag", (
+            "text on a CPU: a bag of subword and token-pair embeddings trains in seconds (a Transformer takes "
+            "minutes there); set model.name: text_transformer for one"
+        )
+    if pre.text_column:
+        return "text_transformer", f"text on {device.type}: a Transformer encoder"
+    if pre.image_column:
+        return "cnn", "images: a small residual convolutional net"
+    return "mlp", "a table of features: a multilayer perceptron"
+
+
+def model_config(
+    params: PipelineParams, pre: Preprocessor, pretrained: Path | None = None, device: torch.device | None = None
+) -> dict[str, Any]:
     """The model's JSON config: what build_model() needs to rebuild it at evaluation and prediction. `pretrained`: the
-    directory of model.name hf:... (`trainflow.models.hf.resolve`)."""
+    directory of model.name hf:... (`trainflow.models.hf.resolve`); `device`: where it trains (model.name auto picks
+    by it; default CPU)."""
     m = params.model
     name = m.name
     if hf.is_hf(name):
@@ -30,16 +47,16 @@ def model_config(params: PipelineParams, pre: Preprocessor, pretrained: Path | N
         settings = hf.config(pretrained, pre.classes, outputs, params.features.max_length)
         return {"name": hf.NAME, "out_features": outputs, **settings, "pretrained": str(pretrained)} | m.kwargs
     if name == "auto":
-        name = "text_transformer" if pre.text_column else "cnn" if pre.image_column else "mlp"
+        name, _ = auto_model(pre, device or torch.device("cpu"))
     outputs = len(pre.classes) if pre.task == "classification" else 1
     if name == "mlp" and pre.text_column:
         raise UserError(
             f"model.name mlp takes a table of features, but data.text_column is {pre.text_column!r}; "
-            "use model.name: text_transformer (or auto)"
+            "use model.name: text_transformer or text_bag (or auto)"
         )
-    if name == "text_transformer" and not pre.text_column:
-        raise UserError("model.name text_transformer needs text: set data.text_column (or use model.name: auto)")
-    if name in ("mlp", "text_transformer") and pre.image_column:
+    if name in ("text_transformer", "text_bag") and not pre.text_column:
+        raise UserError(f"model.name {name} needs text: set data.text_column (or use model.name: auto)")
+    if name in ("mlp", "text_transformer", "text_bag") and pre.image_column:
         raise UserError(f"model.name {name} does not take images (column {pre.image_column!r}); use cnn (or auto)")
     if name == "cnn" and not pre.image_column:
         raise UserError("model.name cnn needs images: a folder of class folders, builtin:digits_images or "
@@ -54,6 +71,8 @@ def model_config(params: PipelineParams, pre: Preprocessor, pretrained: Path | N
             "n_layers": m.n_layers,
             "dropout": m.dropout,
         }
+    elif name == "text_bag":
+        config |= {"vocab_size": pre.vocab_size, "d_model": m.d_model, "dropout": m.dropout}
     elif pre.image_column:  # the cnn, or a user model of images
         config |= {"in_channels": pre.image_channels, "image_size": pre.image_size}
         if name == "cnn":

@@ -287,8 +287,10 @@ BUILTIN_MODEL_CODE = "trainflow/models"
 class ModelParams(Section):
     name: str = Field(
         "auto",
-        description="auto (text_transformer when data.text_column is set, cnn for images, else mlp), mlp (a "
-        "multilayer perceptron for tables), text_transformer (a Transformer encoder for text), cnn (a small "
+        description="auto (for text: text_bag on a CPU, text_transformer on a GPU; cnn for images; else mlp; the "
+        "train stage prints its choice), mlp (a multilayer perceptron for tables), text_transformer (a Transformer "
+        "encoder for text), text_bag (the mean of the embeddings of a text's subword tokens and token pairs, "
+        "fastText-like: seconds on a CPU), cnn (a small "
         "residual convolutional net for images), hf:<directory or hub id> (a pretrained Hugging Face Transformers "
         "model fine-tuned on data.text_column with its own tokenizer: a save_pretrained directory, relative to the "
         "project or absolute, or a hub id in the local Hugging Face cache; nothing is downloaded), or a user model "
@@ -298,7 +300,7 @@ class ModelParams(Section):
         default_factory=lambda: [256, 128], min_length=1, description="mlp: width of each hidden layer."
     )
     dropout: float = Field(0.1, ge=0, lt=1, description="Dropout probability (mlp and text_transformer).")
-    d_model: int = Field(128, ge=8, description="text_transformer: width of token representations.")
+    d_model: int = Field(128, ge=8, description="text_transformer and text_bag: width of token representations.")
     n_heads: int = Field(4, ge=1, description="text_transformer: attention heads; must divide d_model.")
     n_layers: int = Field(2, ge=1, description="text_transformer: encoder blocks.")
     cnn_channels: list[int] = Field(
@@ -330,9 +332,13 @@ class ModelParams(Section):
         hf = self.name.startswith("hf:")
         if hf and not self.name[3:].strip():
             raise ValueError("model.name hf: needs the model's directory or hub id after it, e.g. hf:models/tiny-bert")
-        if self.name not in ("auto", "mlp", "text_transformer", "cnn") and not hf and not MODEL_PATH.match(self.name):
+        if (
+            self.name not in ("auto", "mlp", "text_transformer", "text_bag", "cnn")
+            and not hf
+            and not MODEL_PATH.match(self.name)
+        ):
             raise ValueError(
-                "model.name must be auto, mlp, text_transformer, cnn, hf:<directory> or an import path "
+                "model.name must be auto, mlp, text_transformer, text_bag, cnn, hf:<directory> or an import path "
                 f"package.module:Class, got {self.name!r}"
             )
         if any(h <= 0 for h in self.hidden_sizes):

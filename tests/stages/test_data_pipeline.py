@@ -35,7 +35,12 @@ def messages(n: int, seed: int = 0) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["label", "text"])
 
 
-def test_text_classification_from_a_headerless_tsv(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("name", "built", "epochs"), [("text_transformer", "text_transformer", 6), ("auto", "text_bag", 30)]
+)
+def test_text_classification_from_a_headerless_tsv(tmp_path: Path, name: str, built: str, epochs: int) -> None:
+    """The Transformer when asked for, and what model.name auto builds for text on a CPU (the bag: cheaper epochs,
+    more of them)."""
     root = make_project(
         tmp_path / "p",
         {
@@ -46,10 +51,11 @@ def test_text_classification_from_a_headerless_tsv(tmp_path: Path) -> None:
             "data.text_column": "text",
             "features.vocab_size": 200,
             "features.max_length": 32,
+            "model.name": name,
             "model.d_model": 32,
             "model.n_heads": 2,
             "model.n_layers": 1,
-            "train.epochs": 6,
+            "train.epochs": epochs,
             "train.lr": 0.003,
             "train.progress": "false",
             "register.model_name": "sms",
@@ -61,7 +67,7 @@ def test_text_classification_from_a_headerless_tsv(tmp_path: Path) -> None:
     assert out["evaluate"]["accuracy"] >= 0.95
     paths = Paths(root)
     assert (paths.final / "tokenizer.json").is_file()
-    assert read_json(paths.final / "model.json")["name"] == "text_transformer"
+    assert read_json(paths.final / "model.json")["name"] == built
     test = pd.read_parquet(paths.split_file("test"))
     predicted = ExportedModel.load(paths.final).predict_frame(test)
     assert set(predicted["prediction"]) <= {"ham", "spam"} and {"proba_ham", "proba_spam"} <= set(predicted)

@@ -41,14 +41,18 @@ OFFERED = ("in_features", "out_features", "vocab_size", "pad_id", "in_channels",
 
 
 def model_class(name: str) -> type[nn.Module]:
-    """mlp, text_transformer, cnn, hf (a pretrained Transformers model: trainflow.models.hf), or a user model's class
-    by import path `package.module:Class`."""
+    """mlp, text_transformer, text_bag, cnn, hf (a pretrained Transformers model: trainflow.models.hf), or a user
+    model's class by import path `package.module:Class`."""
     if name == "mlp":
         return MLP
     if name == "text_transformer":
         from trainflow.models.text import TextTransformer
 
         return TextTransformer
+    if name == "text_bag":
+        from trainflow.models.text import TextBag
+
+        return TextBag
     if name == "cnn":
         from trainflow.models.cnn import CNN
 

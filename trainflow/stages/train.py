@@ -32,7 +32,7 @@ from trainflow.engine.objective import Objective
 from trainflow.engine.precision import Precision, configure_backends, resolve_device, resolve_precision
 from trainflow.engine.trainer import Logger, NullLogger, Trainer
 from trainflow.errors import ParamsError, Preempted, UserError
-from trainflow.export import export, model_config
+from trainflow.export import auto_model, export, model_config
 from trainflow.fingerprint import data_hash, fingerprint
 from trainflow.io import write_json
 from trainflow.models import build_model, hf, user_source
@@ -181,7 +181,9 @@ def _setup(
     for data in (train, val):
         data.to(device)  # tables move to the training device; text batches are padded on the host, then copied
     seed_everything(params.seed)
-    config = model_config(params, pre, pretrained)
+    config = model_config(params, pre, pretrained, device)
+    if params.model.name == "auto" and group.is_main:
+        print(f"train: model.name auto: {config['name']} ({auto_model(pre, device)[1]})", file=sys.stderr)
     model = build_model(config)  # the same initial weights on every rank
     if params.train.activation_checkpointing:
         enable = getattr(model, "activation_checkpointing", None)
