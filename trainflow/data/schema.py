@@ -11,6 +11,7 @@ from trainflow.io import read_json
 Kind = Literal["numeric", "categorical", "boolean", "datetime", "text", "image"]
 # Spellings of a missing value in text: pandas' defaults plus "?" (UCI-style exports). Ingest reads them as missing,
 # and preprocessing does too, so a table a user reads with pandas scores as ingest saw it.
+PATH_SUFFIX = "_path"  # an image column `image` keeps its files' paths in `image_path` (carried, for messages)
 NA_VALUES: list[str] = ["", "NA", "N/A", "n/a", "NaN", "nan", "NULL", "null", "None", "none", "#N/A", "?"]
 ROW_KEY = "__row_key__"  # processed table: each row's key, the hash of its raw values (the split uses and drops it)
 

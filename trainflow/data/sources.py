@@ -40,7 +40,7 @@ import pyarrow.feather as feather
 import pyarrow.json as pj
 import pyarrow.parquet as pq
 
-from trainflow.data.schema import NA_VALUES
+from trainflow.data.schema import NA_VALUES, PATH_SUFFIX
 from trainflow.data.spill import SpilledFrame, read_column
 from trainflow.engine.progress import progress
 from trainflow.errors import DataError
@@ -62,7 +62,6 @@ TEXT_FORMATS = ("csv", "tsv", "jsonl")
 BLOCK_SIZE = 4 << 20
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
 DEFAULT_IMAGE_COLUMN = "image"  # the image column of a folder of class folders when data.image_column is null
-PATH_SUFFIX = "_path"  # an image column `image` keeps its files' paths in `image_path` (carried, for messages)
 _NA_SET = frozenset(NA_VALUES)
 
 

@@ -10,9 +10,9 @@ block of rows at a time, never whole.
 Peak memory: one column (fit) or one block of rows (transform); the files' pages stay in the OS's page cache, never
 mapped into the process.
 - Images are copied a block of rows at a time from the split's Parquet file into one file of their encoded bytes
-  back to back, with each one's offset (`image_data`): a batch reads its images by offset (`RecordFile`) and decodes
-  them in the background, as in memory when they are too many to hold decoded. The fit reads the images a block at a
-  time too (`ParquetColumns.row_blocks`).
+  back to back, with each one's offset (the train stage's `streamed_images`): a batch reads its images by offset
+  (`RecordFile`) and decodes them in the background, as in memory when they are too many to hold decoded. The fit
+  reads the images a block at a time too (`ParquetColumns.row_blocks`).
 
 The evaluate stage (and register's re-score) score a big test split a block of whole batches at a time: the same
 batches, so the same outputs. Text is held in memory (the stages say so).
@@ -31,10 +31,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-import torch
 
-from trainflow.data.sources import PATH_SUFFIX
-from trainflow.engine.data import ImageData, RecordFile
+from trainflow.data.schema import PATH_SUFFIX
 from trainflow.errors import DataError
 from trainflow.paths import restore
 
@@ -227,42 +225,3 @@ def _npy(path: Path, dtype: type, shape: tuple[int, ...]) -> Iterator[BinaryIO]:
         written, expected = f.tell() - start, int(np.prod(shape)) * np.dtype(dtype).itemsize
         if written != expected:
             raise AssertionError(f"{path}: wrote {written} bytes of data, its header says {expected}")
-
-
-def image_data(pre: Preprocessor, path: Path, dest: Path, where: str) -> ImageData:
-    """The images and targets of the split at `path`, as model_inputs makes them, without holding the images: their
-    encoded bytes are copied a block of rows at a time to dest/images.bin, back to back, and a batch reads its rows
-    by offset (`RecordFile`: 8 bytes a row held) and decodes them in the background. The targets are held (a few
-    bytes a row), and the images' names (their paths, for messages) as Arrow strings."""
-    column = pre.image_column
-    assert column is not None, "image_data needs a preprocessor with an image column"
-    n = int(_open(path).metadata.num_rows)
-    named = column + PATH_SUFFIX in _open(path).schema_arrow.names
-    dest.mkdir(parents=True, exist_ok=True)
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    targets: list[np.ndarray] = []
-    names: list[pa.Array] = []
-    lo = 0
-    with (dest / "images.bin").open("wb") as out:
-        read = [column, *([column + PATH_SUFFIX] if named else []), pre.target]
-        for frame in blocks(path, data_rows(path), read):
-            images = frame[column].to_numpy(dtype=object)
-            offsets[lo + 1 : lo + 1 + len(frame)] = offsets[lo] + np.cumsum([len(v) for v in images])
-            out.write(b"".join(images))
-            labels = pre.labels(frame, where)
-            targets.append(pre.scale_target(labels) if pre.task == "regression" else labels)
-            if named:
-                names.append(pa.array(frame[column + PATH_SUFFIX].to_numpy(dtype=object), pa.string()))
-            lo += len(frame)
-    images_file = RecordFile(dest / "images.bin", offsets)
-    shown = pa.chunked_array(names, pa.string()) if named else None
-
-    def name(i: int) -> str:
-        known = shown[i].as_py() if shown is not None else None
-        return known or f"in {where}, row {i}"
-
-    def decode(rows: list[int]) -> torch.Tensor:
-        return torch.from_numpy(pre.decode(images_file.read(rows), [name(i) for i in rows], where))
-
-    y = np.concatenate(targets) if targets else np.zeros(0, dtype=np.int64)
-    return ImageData(decode, torch.from_numpy(y), pre.image_mean, pre.image_std)

@@ -19,15 +19,16 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import torch
 
 from trainflow import plots, tracking
 from trainflow.data import stream
 from trainflow.data.preprocess import Preprocessor
-from trainflow.data.schema import Schema
+from trainflow.data.schema import PATH_SUFFIX, Schema
 from trainflow.engine import batch_size, distributed
 from trainflow.engine.augment import Augment
-from trainflow.engine.data import Dataset, ImageData, MemmapData, TensorData, TextData
+from trainflow.engine.data import Dataset, ImageData, MemmapData, RecordFile, TensorData, TextData
 from trainflow.engine.objective import Objective
 from trainflow.engine.precision import Precision, configure_backends, resolve_device, resolve_precision
 from trainflow.engine.trainer import Logger, NullLogger, Trainer
@@ -171,7 +172,7 @@ def _setup(
     train: MemmapData | TensorData | TextData | ImageData
     val: MemmapData | TensorData | TextData | ImageData
     if held.streamed and schema.image_column:  # images: their encoded bytes, decoded batch by batch
-        train, val = (stream.image_data(pre, f, scratch / s, str(f)) for s, f in files.items())
+        train, val = (streamed_images(pre, f, scratch / s, str(f)) for s, f in files.items())
     elif held.streamed:  # a table: its preprocessed matrix
         train, val = (MemmapData(*stream.write_matrix(pre, f, scratch / s, str(f))) for s, f in files.items())
     else:
@@ -220,6 +221,45 @@ def _setup(
     val_head = stream.head(files["val"], 5)
     kept = scratch if held.streamed else None
     return Setup(trainer, train, val, pre, schema, config, source, precision, dhash, val_head, choice, kept)
+
+
+def streamed_images(pre: Preprocessor, path: Path, dest: Path, where: str) -> ImageData:
+    """The images and targets of the split at `path`, as model_inputs makes them, without holding the images: their
+    encoded bytes are copied a block of rows at a time to dest/images.bin, back to back, and a batch reads its rows
+    by offset (`RecordFile`: 8 bytes a row held) and decodes them in the background. The targets are held (a few
+    bytes a row), and the images' names (their paths, for messages) as Arrow strings."""
+    column = pre.image_column
+    assert column is not None, "streamed_images needs a preprocessor with an image column"
+    read = stream.input_columns(pre, path)  # the images, their paths (where the file has them), the target
+    named = column + PATH_SUFFIX in read
+    n = len(stream.ParquetColumns(path))
+    dest.mkdir(parents=True, exist_ok=True)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    targets: list[np.ndarray] = []
+    names: list[pa.Array] = []
+    lo = 0
+    with (dest / "images.bin").open("wb") as out:
+        for frame in stream.blocks(path, stream.data_rows(path), read):
+            images = frame[column].to_numpy(dtype=object)
+            offsets[lo + 1 : lo + 1 + len(frame)] = offsets[lo] + np.cumsum([len(v) for v in images])
+            out.write(b"".join(images))
+            labels = pre.labels(frame, where)
+            targets.append(pre.scale_target(labels) if pre.task == "regression" else labels)
+            if named:
+                names.append(pa.array(frame[column + PATH_SUFFIX].to_numpy(dtype=object), pa.string()))
+            lo += len(frame)
+    images_file = RecordFile(dest / "images.bin", offsets)
+    shown = pa.chunked_array(names, pa.string()) if named else None
+
+    def name(i: int) -> str:
+        known = shown[i].as_py() if shown is not None else None
+        return known or f"in {where}, row {i}"
+
+    def decode(rows: list[int]) -> torch.Tensor:
+        return torch.from_numpy(pre.decode(images_file.read(rows), [name(i) for i in rows], where))
+
+    y = np.concatenate(targets) if targets else np.zeros(0, dtype=np.int64)
+    return ImageData(decode, torch.from_numpy(y), pre.image_mean, pre.image_std)
 
 
 def _train(params: PipelineParams, paths: Paths, device: torch.device, group: distributed.Group) -> dict[str, Any]:
