@@ -211,17 +211,8 @@ class ColumnSpill:
 
     def hashes(self, name: str) -> np.ndarray:
         """pd.util.hash_pandas_object(series(name), index=False), a batch at a time (a value's hash is its own)."""
-        out = np.empty(self.rows(name), dtype=np.uint64)
-        lo = 0
-        for s in self.batches(name):
-            out[lo : lo + len(s)] = pd.util.hash_pandas_object(s, index=False).to_numpy(dtype=np.uint64)
-            lo += len(s)
-        return out
-
-    def rows(self, name: str) -> int:
-        with pa.OSFile(str(self._path(name)), "rb") as source:
-            reader = pa.ipc.open_file(source)
-            return sum(reader.get_batch(i).num_rows for i in range(reader.num_record_batches))
+        parts = [pd.util.hash_pandas_object(s, index=False).to_numpy(dtype=np.uint64) for s in self.batches(name)]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint64)
 
     def take(self, rows: np.ndarray, names: list[str]) -> pd.DataFrame:
         """These rows of these columns, as a frame (index 0..len-1); read a batch at a time, so a column of images is
