@@ -196,6 +196,7 @@ def test_the_streamed_train_setup_never_reads_the_images_whole(
     built.discard()
 
 
+@pytest.mark.slow  # 21 s of subprocesses; the default tier's SIGKILL of a streamed table is in test_streamed_data.py
 def test_a_streamed_image_training_sigkilled_mid_epoch_resumes_to_the_uninterrupted_weights(tmp_path: Path) -> None:
     """`trainflow stage train` streamed, SIGKILLed inside its second checkpoint write (mid-epoch), run again: the
     weights of one uninterrupted in-memory run (in a process like theirs: a convolution's sums depend on the
