@@ -38,7 +38,7 @@ import pandas as pd
 from pandas.api import types as ptypes
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
 
-from trainflow.data.schema import NA_VALUES, Kind, Schema
+from trainflow.data.schema import NA_VALUES, PATH_SUFFIX, Kind, Schema
 from trainflow.errors import DataError
 from trainflow.io import atomic_path, read_json, write_json
 from trainflow.params import FeatureParams
@@ -365,7 +365,8 @@ def _image_values(
 ) -> tuple[list[bytes | Path], list[str]]:
     """Each row's image (bytes, or a path relative to `base`) and its name in messages: its file's path (the
     `<column>_path` column ingest writes) or its row (`first_row`: the frame's first row's number in `where`)."""
-    paths = frame[column + "_path"].to_numpy(dtype=object) if column + "_path" in frame.columns else None
+    named = column + PATH_SUFFIX
+    paths = frame[named].to_numpy(dtype=object) if named in frame.columns else None
     values: list[bytes | Path] = []
     names: list[str] = []
     for i, v in enumerate(frame[column].to_numpy(dtype=object, na_value=None)):
@@ -392,7 +393,7 @@ def _image_blocks(frame: Any, column: str, where: str) -> Iterator[tuple[list[by
     if read is None:
         yield _image_values(frame, column, where, None)
         return
-    path = column + "_path"
+    path = column + PATH_SUFFIX
     first = 0
     for block in read([column, path] if path in frame.columns else [column]):
         yield _image_values(block, column, where, None, first)

@@ -1041,10 +1041,7 @@ def read_images(raw: RawTable, column: str) -> None:
     values = frame[column].to_numpy(dtype=object, na_value=None)
     missing = [i for i, v in enumerate(values) if v is None or (isinstance(v, str) and not v.strip())]
     if missing:
-        raise DataError(
-            f"data.source: {raw.where(missing[0], column)}: the image path is missing ({len(missing)} row(s) "
-            "without one); fill it in or drop the row"
-        )
+        raise _missing_images(raw, missing[0], len(missing), column)
     images: list[bytes] = []
     paths: list[str] = []
     for i, v in enumerate(values):
@@ -1055,6 +1052,13 @@ def read_images(raw: RawTable, column: str) -> None:
     frame[column] = _objects(images)
     frame.insert(position + 1, column + PATH_SUFFIX, paths)
     raw.image_column = column
+
+
+def _missing_images(raw: RawTable, first: int, count: int, column: str) -> DataError:
+    return DataError(
+        f"data.source: {raw.where(first, column)}: the image path is missing ({count} row(s) without one); fill it "
+        "in or drop the row"
+    )
 
 
 def _image_path(raw: RawTable, i: int, v: Any) -> Path:
@@ -1086,8 +1090,7 @@ def _spill_table_images(table: pa.Table, raw: RawTable, d: DataParams, folder: P
     table's rows with each image's bytes and path (`read_images`' columns), read and checked in row order into Arrow
     IPC chunks of about IMAGE_CHUNK_BYTES of images, as a SpilledFrame of the same columns and types the in-memory
     frame has; the same errors first. None (read into memory as before) when the images fit, or when the column is
-    not one of text or bytes (read_images then says what is wrong)."""
-
+    not one of text or bytes (read_images then says what is wrong). `raw`: where the rows are, for messages."""
     column = str(d.image_column)
     names = table.column_names
     if column not in names or column + PATH_SUFFIX in names:
@@ -1105,10 +1108,7 @@ def _spill_table_images(table: pa.Table, raw: RawTable, d: DataParams, folder: P
     )
     missing = np.flatnonzero(blank.to_numpy(zero_copy_only=False).astype(bool, copy=False))
     if len(missing):
-        raise DataError(
-            f"data.source: {raw.where(int(missing[0]), column)}: the image path is missing ({len(missing)} row(s) "
-            "without one); fill it in or drop the row"
-        )
+        raise _missing_images(raw, int(missing[0]), len(missing), column)
     sizes = np.zeros(n, dtype=np.int64)  # each image's bytes (0: a file that is not there, reported in order below)
     for lo in range(0, n, 1 << 16):
         for j, v in enumerate(values.slice(lo, 1 << 16).to_pylist(), lo):
