@@ -35,6 +35,9 @@ SYNC_OPS = {
     aten.equal.default,
     aten.bincount.default,
     aten.repeat_interleave.Tensor,
+    # torch.tensor(<Python data>, device=cuda): a blocking copy from pageable host memory, so the host waits for the
+    # stream (set_sync_debug_mode flags it; the GPU tier caught Transformers 5.17's eager mask doing it per forward).
+    aten.lift_fresh.default,
 }
 # Indexing with a boolean mask is a nonzero in disguise (the CPU kernel does it without dispatching nonzero).
 MASK_INDEXING = {aten.index.Tensor, aten.index_put.default, aten.index_put_.default, aten._index_put_impl_.default}

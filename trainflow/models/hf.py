@@ -248,15 +248,20 @@ class HFSequenceModel(nn.Module):
             return mask
         from transformers import masking_utils
 
-        builders: dict[str, Callable[..., Any]] = {"sdpa": masking_utils.sdpa_mask, "eager": masking_utils.eager_mask}
-        build = builders.get(self.model.config._attn_implementation)  # flash and flex attention take other masks
-        if build is None:
+        implementation = self.model.config._attn_implementation
+        if implementation not in ("sdpa", "eager"):  # flash and flex attention take other masks
             return mask
-        attention: torch.Tensor = build(
+        attention: torch.Tensor | None = masking_utils.sdpa_mask(
             batch_size=n, q_length=length, kv_length=length, mask_function=self.mask_function,
             attention_mask=mask.bool(), allow_is_causal_skip=False, allow_is_bidirectional_skip=False,
-            dtype=self.model.get_input_embeddings().weight.dtype, device=mask.device,
+            device=mask.device,
         )  # fmt: skip
+        assert attention is not None  # None only where a skip is allowed
+        if implementation == "eager":
+            # What masking_utils.eager_mask does, without the host sync its Transformers <= 5.17 versions pay there
+            # (`torch.tensor(0.0, device=...)`: a blocking copy from the host, caught on an H200 by the GPU tier).
+            dtype = self.model.get_input_embeddings().weight.dtype
+            attention = torch.where(attention, torch.zeros((), device=mask.device, dtype=dtype), torch.finfo(dtype).min)
         return attention
 
     def layer_of(self, name: str) -> int:
