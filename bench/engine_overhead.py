@@ -299,7 +299,7 @@ def timed(way: str, data: tuple[torch.Tensor, ...], batch_size: int, epochs: int
         if DEVICE.type == "cuda":
             torch.cuda.synchronize()  # the clock stops when the GPU has finished, not when the host has queued
         seconds = time.perf_counter() - t0
-        weights = {k: v.detach().clone() for k, v in final().items()}
+        weights = {k: v.detach().cpu().clone() for k, v in final().items()}  # the checkpoint's are on the host
     finally:
         cleanup()
     return seconds, weights

@@ -308,6 +308,11 @@ def ours_vs_raw(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     for data in (train, val):
         data.to(device)
     out: dict[str, Any] = {"updates": steps, "batch_size": args.batch_size, "every": every}
+    # A first eager pass, not counted, so that neither timed run is the process's first over these batch widths
+    # (kernel choices per shape, the caching allocator's blocks). Timed first, the raw loop ran at half the speed of
+    # the engine run after it on an H200 (2026-11-26); this pass shows whether being first was the cause.
+    out["warm_up"] = raw_loop(args, train, False, every)
+    print(f"  warm-up (raw, eager, not counted): {json.dumps(finite_or_null(out['warm_up']))}", file=sys.stderr)
     for mode, compile in (("eager", False), ("compiled", True)):
         raw = raw_loop(args, train, compile, every)
         mine = ours(args, train, val, compile, every, workdir / f"ours-{mode}")
