@@ -605,7 +605,13 @@ class Trainer:
                 out = self.forward(**batch.inputs)
             if b < n_batches:
                 sums = self.objective.eval_sums(out, batch.target, batch.count)
-                parts = [torch.as_tensor(v, dtype=torch.float64, device=self.device).reshape(-1) for v in sums]
+                # A Python number (the batch's count) is filled on the device: torch.as_tensor would copy it from
+                # the host, a blocking copy on a GPU (tests/engine/test_eval_host_sync.py refuses it).
+                parts = [
+                    v.to(self.device, torch.float64).reshape(-1) if isinstance(v, torch.Tensor)
+                    else torch.full((1,), float(v), dtype=torch.float64, device=self.device)
+                    for v in sums
+                ]  # fmt: skip
                 rows[b] = torch.cat(parts)
             if ranked:
                 if batch.target.dim() != 1:
