@@ -146,7 +146,12 @@ def _write_jsonl_to(frame: pd.DataFrame, f: Any, chunk: int = 65536) -> None:
 
 
 def predict_file(
-    model: str, input: Path, output: Path, batch_size: int = BATCH_SIZE, memory_budget_mb: float | None = None
+    model: str,
+    input: Path,
+    output: Path,
+    batch_size: int = BATCH_SIZE,
+    memory_budget_mb: float | None = None,
+    runtime: str = "torch",
 ) -> dict[str, object]:
     """Score every row of `input` with `model`; write the rows plus the prediction columns to `output`.
 
@@ -156,11 +161,15 @@ def predict_file(
 
     Image models: `input` is a table whose image column holds paths (relative to the table's folder), a folder of
     class folders of images (each row then also holds its folder's name as the target, and the image's path), a flat
-    folder of images or one image file (a row per image, with its path)."""
+    folder of images or one image file (a row per image, with its path).
+
+    `runtime` "onnx" scores with the model.onnx exported beside the weights, in ONNX Runtime."""
     if not (input.is_file() or input.is_dir()):
         raise UserError(f"--input {input}: no such file")
     output_format(output)  # before the work, not after it
     exported = load(model)
+    if runtime == "onnx":
+        exported = exported.on_onnx()
     column = exported.pre.image_column
     images = image_input(input, column)
     renamed: dict[str, str] = {}  # the model's image column -> the input's name for it

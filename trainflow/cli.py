@@ -126,6 +126,12 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--output", required=True, type=Path, help="where to write (.csv, .tsv, .parquet, .jsonl)")
     predict.add_argument("--batch-size", type=int, default=None, help="rows per forward pass (default 1024)")
     predict.add_argument(
+        "--runtime",
+        choices=["torch", "onnx"],
+        default="torch",
+        help="score with the torch model (default) or with its model.onnx in ONNX Runtime",
+    )
+    predict.add_argument(
         "--memory-budget-mb",
         type=float,
         default=None,
@@ -296,7 +302,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         from trainflow.stages import importable
 
         importable(paths.root)  # a model directory of a user model imports its module from the project
-        result = predict_file(args.model, args.input, args.output, args.batch_size or BATCH_SIZE, args.memory_budget_mb)
+        result = predict_file(
+            args.model, args.input, args.output, args.batch_size or BATCH_SIZE, args.memory_budget_mb, args.runtime
+        )
         print(json.dumps(result, indent=2))
         return 0
     if args.command == "models":

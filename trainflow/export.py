@@ -1,8 +1,10 @@
-"""models/final, written: the weights as safetensors, the model's config, preprocessing and schema as JSON, and the
-training summary (`trainflow.predict` reads it back). `model_config` decides the architecture the weights belong to."""
+"""models/final, written: the weights as safetensors, the model as an ONNX graph (`trainflow.onnx_export`), the
+model's config, preprocessing and schema as JSON, and the training summary (`trainflow.predict` reads it back).
+`model_config` decides the architecture the weights belong to."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,8 @@ from trainflow.data.preprocess import Preprocessor
 from trainflow.data.schema import Schema
 from trainflow.errors import UserError
 from trainflow.io import atomic_dir, write_json
-from trainflow.models import hf
+from trainflow.models import build_model, hf
+from trainflow.onnx_export import ONNX, to_onnx
 from trainflow.params import PipelineParams
 from trainflow.predict import CONFIG, WEIGHTS
 
@@ -92,13 +95,26 @@ def export(
     summary: dict[str, Any],
     dest: Path,
 ) -> None:
-    """models/final: weights as safetensors, model config and preprocessing as JSON. Nothing here is pickled.
+    """models/final: weights as safetensors and ONNX, model config and preprocessing as JSON. Nothing here is pickled.
 
     A pretrained model's config loses `pretrained` (where its starting weights were): the weights exported replace
-    them, so predicting and serving need no copy of that directory (training.json records it)."""
+    them, so predicting and serving need no copy of that directory (training.json records it).
+
+    A model that cannot be exported as ONNX is said so here, at train time, and training.json's `onnx_not_exported`
+    keeps why (None when model.onnx is written)."""
     config = {k: v for k, v in config.items() if k != "pretrained"}
+    weights = {k: v.detach().cpu().contiguous() for k, v in weights.items()}
+    model = build_model(config)
+    model.load_state_dict(weights)
+    graph, note = to_onnx(model.eval(), pre, config)
+    if graph is None:
+        print(f"train: {ONNX} not written ({note}); `trainflow predict --runtime onnx` and ONNX serving will not "
+              "work for this model, the torch runtime will", file=sys.stderr)  # fmt: skip
+    summary = {**summary, "onnx_not_exported": None if graph is not None else note}
     with atomic_dir(dest) as tmp:
-        save_file({k: v.detach().cpu().contiguous() for k, v in weights.items()}, str(tmp / WEIGHTS))
+        save_file(weights, str(tmp / WEIGHTS))
+        if graph is not None:
+            (tmp / ONNX).write_bytes(graph)
         write_json(tmp / CONFIG, config)
         pre.save(tmp)
         write_json(tmp / "schema.json", schema.to_json())

@@ -6,7 +6,7 @@ and writes the files of `trainflow predict`): what the stages depend on stays wh
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +21,7 @@ from trainflow.engine.data import Batch, ImageData, TensorData, TextData
 from trainflow.errors import UserError
 from trainflow.io import read_json
 from trainflow.models import build_model, user_source
+from trainflow.onnx_export import ONNX, OnnxModel
 
 WEIGHTS, CONFIG = "model.safetensors", "model.json"
 # Rows scored per forward pass, by evaluate (evaluate.batch_size), `trainflow predict` and the served model alike:
@@ -65,6 +66,8 @@ def image_inputs(pre: Preprocessor, frame: pd.DataFrame, y: torch.Tensor, where:
 class ExportedModel:
     model: nn.Module
     pre: Preprocessor
+    directory: Path | None = None  # where it was loaded from (models/final, or a registered version's artifacts)
+    onnx: OnnxModel | None = None  # set: outputs() runs model.onnx in ONNX Runtime instead of the torch model
 
     @classmethod
     def load(cls, directory: Path) -> ExportedModel:
@@ -93,7 +96,22 @@ class ExportedModel:
                 f"model {directory}: {WEIGHTS} does not fit {CONFIG} ({' '.join(first)}); {repair}"
             ) from None
         model.eval()
-        return cls(model, Preprocessor.load(directory))
+        return cls(model, Preprocessor.load(directory), directory)
+
+    def on_onnx(self) -> ExportedModel:
+        """The same model, scored by ONNX Runtime from the model.onnx exported beside its weights."""
+        assert self.directory is not None, "on_onnx needs a model loaded from a directory"
+        path = self.directory / ONNX
+        if not path.is_file():
+            training = self.directory / "training.json"
+            why = read_json(training).get("onnx_not_exported") if training.is_file() else None
+            raise UserError(
+                f"model {self.directory}: no {ONNX} ("
+                + (f"the train stage could not export it: {why}" if why else "trained before trainflow exported ONNX;"
+                   " `trainflow stage train` exports it")
+                + "); score it with --runtime torch"
+            )  # fmt: skip
+        return replace(self, onnx=OnnxModel(path.read_bytes(), self.pre))
 
     @torch.no_grad()
     def outputs(
@@ -105,6 +123,9 @@ class ExportedModel:
         parts = []
         for start in range(0, len(data), batch_size):
             batch: Batch = data.batch(torch.arange(start, min(start + batch_size, len(data))))
+            if self.onnx is not None:  # the graph does the softmax and the target's unscaling, in float64 too
+                parts.append(torch.from_numpy(self.onnx(**batch.inputs)))
+                continue
             out = self.model(**batch.inputs).double()
             # Softmax in float64 so each row sums to one to the precision metrics such as log-loss expect.
             parts.append(torch.softmax(out, dim=1) if self.pre.task == "classification" else out.reshape(-1))
@@ -112,7 +133,7 @@ class ExportedModel:
             width = len(self.pre.classes) if self.pre.task == "classification" else 0
             return np.zeros((0, width)) if width else np.zeros(0)
         values = torch.cat(parts).numpy()
-        return values if self.pre.task == "classification" else self.pre.unscale_target(values)
+        return values if self.pre.task == "classification" or self.onnx is not None else self.pre.unscale_target(values)
 
     def predict_frame(
         self, frame: pd.DataFrame, batch_size: int = BATCH_SIZE, where: str = "input", base: Path | None = None

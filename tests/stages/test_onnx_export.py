@@ -1,0 +1,135 @@
+"""models/final/model.onnx (issue 29, item 1): every model family the train stage exports is scored by ONNX Runtime
+as torch scores it, on the test split, through the same preprocessing; `trainflow predict --runtime onnx`
+reproduces evaluate's metrics; a model the exporter cannot freeze gets no graph and says why.
+
+The reference is the torch model's own outputs (`ExportedModel.outputs`, what evaluate and `trainflow predict`
+compute); ONNX Runtime, the thing under test, runs the graph alone."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from conftest import blobs, make_project, tiny_bert
+from test_hf import FILLER, NEGATIVE, POSITIVE, reviews
+from test_images import shapes
+
+from trainflow import cli
+from trainflow.errors import UserError
+from trainflow.io import read_json
+from trainflow.onnx_export import ONNX, TOLERANCE, to_onnx
+from trainflow.params import load_params
+from trainflow.paths import Paths
+from trainflow.predict import ExportedModel
+from trainflow.stages import run_stage
+
+QUICK = {"train.epochs": 2, "train.progress": "false", "train.batch_size": 16}
+TEXT = {"data.source": "data/raw/reviews.csv", "data.target": "label", "data.text_column": "text",
+        "features.max_length": 24}  # fmt: skip
+CASES = {
+    "mlp": {"data.source": "data/raw/blobs.csv", "data.target": "label"},
+    "mlp-regression": {"data.source": "data/raw/blobs.csv", "data.target": "f0"},
+    "text_transformer": {**TEXT, "model.name": "text_transformer", "model.d_model": 16, "model.n_layers": 1},
+    "text_bag-pairs": {**TEXT, "model.name": "text_bag", "model.kwargs": '{"buckets": 64}'},
+    "cnn": {"data.source": "data/raw/shapes", "model.cnn_channels": "[8]", "train.batch_size": 8},
+    "hf-bert": {**TEXT, "model.name": "hf:pretrained/tiny-bert"},
+}
+
+
+def trained(root: Path, case: str) -> Paths:
+    if case.startswith("mlp"):
+        blobs(120).to_csv(root / "data/raw/blobs.csv", index=False)
+    elif case == "cnn":
+        shapes(root / "data/raw/shapes", per_class=30)
+    else:
+        reviews(120).to_csv(root / "data/raw/reviews.csv", index=False)
+        if case == "hf-bert":
+            tiny_bert(root / "pretrained/tiny-bert", [*POSITIVE, *NEGATIVE, *FILLER, "."])
+    paths = Paths(root)
+    for stage in ("ingest", "split", "train"):
+        run_stage(stage, load_params(paths.params), paths)
+    return paths
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_onnx_runtime_scores_the_test_split_as_torch_does(
+    tmp_path: Path, case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paths = trained(make_project(tmp_path / "proj", {**QUICK, **CASES[case]}), case)
+    assert (paths.final / ONNX).is_file()
+    assert read_json(paths.final / "training.json")["onnx_not_exported"] is None
+    test = pd.read_parquet(paths.split_file("test"))
+    torch_model = ExportedModel.load(paths.final)
+    onnx_model = torch_model.on_onnx()
+    assert onnx_model.onnx is not None and torch_model.onnx is None
+    base = paths.root  # image paths are relative to the project
+    expected = torch_model.outputs(test, base=base)
+
+    def not_torch(*_: object, **__: object) -> None:
+        raise AssertionError("the torch model ran: the ONNX runtime scores without it")
+
+    monkeypatch.setattr(torch_model.model, "forward", not_torch)
+    got = onnx_model.outputs(test, base=base)
+    assert got.shape == expected.shape == ((len(test), len(torch_model.pre.classes)) if "regression" not in case
+                                           else (len(test),))  # fmt: skip
+    assert len(test) >= 10 and np.max(np.abs(got - expected)) <= TOLERANCE
+    # Batches of 7 rows (text: other paddings) score the same.
+    assert np.max(np.abs(onnx_model.outputs(test, batch_size=7, base=base) - expected)) <= TOLERANCE
+    if "regression" in case:  # in the target's units: the graph undoes the standardisation
+        assert abs(float(np.mean(got)) - float(test["f0"].mean())) < 3 * float(test["f0"].std())
+    else:
+        assert np.array_equal(got.argmax(axis=1), expected.argmax(axis=1))
+
+
+def test_predict_with_the_onnx_runtime_reproduces_evaluate_s_accuracy(
+    csv_project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    paths = Paths(csv_project)
+    for stage in ("ingest", "split", "train", "evaluate"):
+        run_stage(stage, load_params(paths.params), paths)
+    monkeypatch.chdir(csv_project)
+    test = pd.read_parquet(paths.split_file("test"))
+    test.drop(columns=["label"]).to_csv("test.csv", index=False)
+    capsys.readouterr()
+    args = ["predict", "--model", "models/final", "--input", "test.csv", "--output", "out.csv", "--runtime", "onnx"]
+    assert cli.main(args) == 0
+    assert json.loads(capsys.readouterr().out)["rows"] == len(test)
+    out = pd.read_csv("out.csv")
+    accuracy = float((out["prediction"].astype(str).to_numpy() == test["label"].astype(str).to_numpy()).mean())
+    assert accuracy == read_json(paths.metrics)["accuracy"]
+    # Without the graph, the error names the file and the way back (the torch runtime), and the way back works.
+    (paths.final / ONNX).unlink()
+    with pytest.raises(UserError, match=r"no model\.onnx \(trained before .*--runtime torch"):
+        ExportedModel.load(paths.final).on_onnx()
+    capsys.readouterr()
+    assert cli.main(args) == 2
+    assert "no model.onnx" in capsys.readouterr().err
+    assert cli.main(args[:-2]) == 0
+    assert pd.read_csv("out.csv")["prediction"].astype(str).tolist() == out["prediction"].astype(str).tolist()
+
+
+class HostRead(torch.nn.Module):
+    """Reads a value to the host in forward: the trace freezes it, so the graph is wrong for other inputs."""
+
+    def __init__(self, width: int, classes: int) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(width, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x) * float(x.abs().mean())
+
+
+def test_a_model_the_trace_gets_wrong_gets_no_graph_and_says_why(csv_project: Path) -> None:
+    paths = Paths(csv_project)
+    for stage in ("ingest", "split", "train"):
+        run_stage(stage, load_params(paths.params), paths)
+    pre = ExportedModel.load(paths.final).pre
+    graph, why = to_onnx(HostRead(pre.width, len(pre.classes)).eval(), pre, {})
+    assert graph is None and why.startswith("ONNX Runtime's outputs differ from torch's by"), why
+    # The trained MLP itself exports, with its difference in the note.
+    ok, note = to_onnx(ExportedModel.load(paths.final).model, pre, {})
+    assert ok is not None and note.startswith("max |ONNX Runtime - torch|")
