@@ -35,9 +35,10 @@ def test_pipeline_outputs_and_lineage(csv_project: Path) -> None:
     metrics = read_json(paths.metrics)
     assert set(metrics) == {"accuracy", "f1_macro", "log_loss", "roc_auc", "pr_auc", "ece", "n_test"}
     assert metrics["accuracy"] >= 0.9  # separable blobs
-    # The exported model is safetensors + JSON only: nothing that could be unpickled.
+    # The exported model is safetensors, ONNX and JSON only: nothing that could be unpickled.
     assert sorted(p.name for p in paths.final.iterdir()) == [
         "model.json",
+        "model.onnx",
         "model.safetensors",
         "preprocess.json",
         "schema.json",

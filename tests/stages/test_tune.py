@@ -67,6 +67,7 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.mark.slow  # about a minute: README line 2 stays under 10 minutes
 def test_a_killed_sweep_resumes_its_trial_and_suggests_what_the_uninterrupted_one_did(
     uninterrupted: Path, tmp_path: Path
 ) -> None:
@@ -137,6 +138,7 @@ def test_pruned_trials_were_below_the_median_of_the_finished_ones_at_that_update
         assert step < max(ended[0].intermediate_values)  # stopped before the end
 
 
+@pytest.mark.slow  # about 35 s
 def test_two_commands_on_one_study_share_its_budget(tmp_path: Path) -> None:
     # Trials of ~1 s (more, smaller updates), so that the two commands overlap.
     root = make_project(tmp_path / "proj", {**SWEEP, "train.epochs": 10, "train.batch_size": 4})

@@ -133,6 +133,7 @@ CLAIMING = [
 ]
 
 
+@pytest.mark.slow  # about a minute for the two: README line 2 stays under 10 minutes
 @pytest.mark.parametrize("kills", [SETTING_UP, CLAIMING], ids=["setting-up", "claiming"])
 def test_a_sweep_killed_while_it_sets_up_or_claims_is_finished_by_the_next_one(
     prepared: Path, uninterrupted: pd.DataFrame, tmp_path: Path, kills: list[str]

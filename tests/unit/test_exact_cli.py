@@ -104,7 +104,8 @@ HELP = {
     ),
     "predict": (
         "usage: trainflow predict [-h] --model MODEL --input INPUT --output OUTPUT\n"
-        "                         [--batch-size BATCH_SIZE] [--memory-budget-mb MEMORY_BUDGET_MB]\n"
+        "                         [--batch-size BATCH_SIZE] [--runtime {torch,onnx}]\n"
+        "                         [--memory-budget-mb MEMORY_BUDGET_MB]\n"
         "\n"
         "Score every row of --input with --model and write the rows plus a `prediction` column (and\n"
         "`proba_<class>` columns for classification) to --output, as csv, tsv, parquet or jsonl by its\n"
@@ -118,6 +119,9 @@ HELP = {
         "  --output OUTPUT       where to write (.csv, .tsv, .parquet, .jsonl)\n"
         "  --batch-size BATCH_SIZE\n"
         "                        rows per forward pass (default 1024)\n"
+        "  --runtime {torch,onnx}\n"
+        "                        score with the torch model (default) or with its model.onnx in ONNX\n"
+        "                        Runtime\n"
         "  --memory-budget-mb MEMORY_BUDGET_MB\n"
         "                        a Parquet --input bigger than this once read is streamed a block at a time\n"
         "                        (default: a quarter of this machine's memory)\n"
@@ -340,25 +344,26 @@ def recorder(calls: list[Any], result: Any = None) -> Any:
 def test_predict_hands_its_defaults_to_predict_file_and_prints_its_result_as_json(
     project: Paths, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """No --batch-size: 1024 rows a pass; no --memory-budget-mb: None (predict_file picks a quarter of the memory).
+    """No --batch-size: 1024 rows a pass; no --memory-budget-mb: None (predict_file picks a quarter of the memory);
+    no --runtime: torch.
     The project's registry is configured and its root importable before the model loads."""
     calls: list[Any] = []
     monkeypatch.setattr(batch, "predict_file", recorder(calls, {"rows": 3, "output": "out.csv"}))
     monkeypatch.setattr(sys, "path", list(sys.path))
     assert cli.main(["predict", "--model", "models:/m@champion", "--input", "in.csv", "--output", "out.csv"]) == 0
-    assert calls == [(("models:/m@champion", Path("in.csv"), Path("out.csv"), 1024, None), {})]
+    assert calls == [(("models:/m@champion", Path("in.csv"), Path("out.csv"), 1024, None, "torch"), {})]
     assert capsys.readouterr() == ('{\n  "rows": 3,\n  "output": "out.csv"\n}\n', "")
     assert [project.root] == CONFIGURED and sys.path[0] == str(project.root)
 
 
-def test_predict_passes_the_batch_size_and_memory_budget_given(
+def test_predict_passes_the_batch_size_memory_budget_and_runtime_given(
     project: Paths, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     calls: list[Any] = []
     monkeypatch.setattr(batch, "predict_file", recorder(calls, {}))
     argv = ["predict", "--model", "runs:/r/model", "--input", "a.parquet", "--output", "b.jsonl"]
-    assert cli.main([*argv, "--batch-size", "1", "--memory-budget-mb", "2.5"]) == 0
-    assert calls == [(("runs:/r/model", Path("a.parquet"), Path("b.jsonl"), 1, 2.5), {})]
+    assert cli.main([*argv, "--batch-size", "1", "--memory-budget-mb", "2.5", "--runtime", "onnx"]) == 0
+    assert calls == [(("runs:/r/model", Path("a.parquet"), Path("b.jsonl"), 1, 2.5, "onnx"), {})]
     assert capsys.readouterr().out == "{}\n"
 
 
