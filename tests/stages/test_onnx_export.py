@@ -19,7 +19,9 @@ from test_hf import FILLER, NEGATIVE, POSITIVE, reviews
 from test_images import shapes
 
 from trainflow import cli
+from trainflow.data.schema import Schema
 from trainflow.errors import UserError
+from trainflow.export import export
 from trainflow.io import read_json
 from trainflow.onnx_export import ONNX, TOLERANCE, to_onnx
 from trainflow.params import load_params
@@ -133,3 +135,47 @@ def test_a_model_the_trace_gets_wrong_gets_no_graph_and_says_why(csv_project: Pa
     # The trained MLP itself exports, with its difference in the note.
     ok, note = to_onnx(ExportedModel.load(paths.final).model, pre, {})
     assert ok is not None and note.startswith("max |ONNX Runtime - torch|")
+
+
+HOST_READ = """
+import torch
+
+
+class HostRead(torch.nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.linear = torch.nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        return self.linear(x) * float(x.abs().mean())
+"""
+
+
+def test_the_train_stage_s_export_says_at_train_time_why_a_model_has_no_graph(
+    csv_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """export() (what the train stage calls) with a user model the trace gets wrong: the other files are written,
+    model.onnx is not, the stage's output says why, training.json keeps it, and predict --runtime onnx repeats it."""
+    paths = Paths(csv_project)
+    for stage in ("ingest", "split", "train"):
+        run_stage(stage, load_params(paths.params), paths)
+    (tmp_path / "hostread_model.py").write_text(HOST_READ)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    pre = ExportedModel.load(paths.final).pre
+    config = {"name": "hostread_model:HostRead", "in_features": pre.width, "out_features": len(pre.classes)}
+    torch.manual_seed(0)
+    weights = {k: v.clone() for k, v in torch.nn.Linear(pre.width, len(pre.classes)).state_dict().items()}
+    weights = {f"linear.{k}": v for k, v in weights.items()}
+    schema = Schema.read(paths.final / "schema.json")
+    dest = tmp_path / "final"
+    capsys.readouterr()
+    export(weights, config, pre, schema, {"epochs": 1}, dest)
+    err = capsys.readouterr().err
+    assert "train: model.onnx not written (ONNX Runtime's outputs differ from torch's by" in err, err
+    assert sorted(p.name for p in dest.iterdir()) == [
+        "model.json", "model.safetensors", "preprocess.json", "schema.json", "training.json"
+    ]  # fmt: skip
+    why = read_json(dest / "training.json")["onnx_not_exported"]
+    assert why.startswith("ONNX Runtime's outputs differ from torch's by")
+    with pytest.raises(UserError, match=r"no model\.onnx \(the train stage could not export it: ONNX Runtime's"):
+        ExportedModel.load(dest).on_onnx()
