@@ -165,7 +165,8 @@ def _check_source(model: nn.Module, directory: Path) -> None:
 
 def load(model: str) -> ExportedModel:
     """A model by MLflow URI (`models:/<name>@champion`, `models:/<name>/<version>`, `runs:/...`) or by the path of an
-    exported model directory (models/final). MLflow loads the registered pyfunc from code: nothing is unpickled."""
+    exported model directory (models/final). A registered model is downloaded and its exported directory read as
+    data: nothing stored with it is imported or unpickled, also for versions registered as models-from-code."""
     if ":/" not in model:
         directory = Path(model)
         if not directory.is_dir():
@@ -174,15 +175,19 @@ def load(model: str) -> ExportedModel:
                 "registered model URI such as models:/<name>@champion"
             )
         return ExportedModel.load(directory)
-    import mlflow.pyfunc
+    import mlflow
+    import yaml
     from mlflow.exceptions import MlflowException
 
     try:
-        pyfunc = mlflow.pyfunc.load_model(model)
-    except MlflowException as exc:
-        raise UserError(f"--model {model}: {exc.message} (tracking URI {mlflow.get_tracking_uri()})") from None
-    python_model = pyfunc.unwrap_python_model()
-    exported = getattr(python_model, "exported", None)
-    if not isinstance(exported, ExportedModel):
-        raise UserError(f"--model {model}: not a trainflow model (its pyfunc is {type(python_model).__name__})")
-    return exported
+        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=model))
+        flavor = (yaml.safe_load((local / "MLmodel").read_text()) or {}).get("flavors", {}).get("python_function", {})
+    except (MlflowException, OSError) as exc:
+        why = exc.message if isinstance(exc, MlflowException) else str(exc)
+        raise UserError(f"--model {model}: {why} (tracking URI {mlflow.get_tracking_uri()})") from None
+    if flavor.get("loader_module") == "trainflow.serving" and "data" in flavor:
+        return ExportedModel.load(local / flavor["data"])
+    earlier = flavor.get("artifacts", {}).get("model_dir", {}).get("path")  # registered as models-from-code
+    if earlier is not None and (local / earlier / CONFIG).is_file():
+        return ExportedModel.load(local / earlier)
+    raise UserError(f"--model {model}: not a trainflow model (its python_function flavor is {flavor or 'missing'})")

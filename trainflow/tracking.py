@@ -545,9 +545,13 @@ def run_of_model(experiment_id: str, final: Path) -> tuple[str, str | None] | No
 
 
 def log_pyfunc(run_id: str, final: Path, example: Any) -> str:
-    """Log the exported model in `final` into run `run_id` as an MLflow pyfunc (models-from-code: serving.py, so
-    loading it never unpickles anything) and tag the run with its hash and URI; returns its models:/ URI.
-    `example`: a few rows of the raw input, for the signature."""
+    """Log the exported model in `final` into run `run_id` as an MLflow pyfunc and tag the run with its hash and URI;
+    returns its models:/ URI. `example`: a few rows of the raw input, for the signature.
+
+    The pyfunc's code is the installed trainflow's (`loader_module="trainflow.serving"`, trainflow pinned by version in
+    its requirements); its data is models/final. No trainflow code is stored in the artifact store, so nothing there
+    can make a loading machine run code, and loading unpickles nothing. A user model's module is the exception: it
+    travels with the model (code_paths), since the model cannot be built without it."""
     import mlflow
     import torch
     from mlflow.models import ModelSignature, infer_signature
@@ -571,8 +575,8 @@ def log_pyfunc(run_id: str, final: Path, example: Any) -> str:
         inputs=InputSchema([ColSpec(AnyType(), c) for c in columns]),
         outputs=infer_signature(inputs, exported.predict_frame(inputs)).outputs,
     )
-    package = Path(trainflow.__file__).parent
-    requirements = [f"torch=={torch.__version__.split('+')[0]}", "safetensors", "pandas", "numpy"]
+    requirements = [f"trainflow=={trainflow.__version__}", f"torch=={torch.__version__.split('+')[0]}", "safetensors",
+                    "pandas", "numpy", "onnxruntime"]  # fmt: skip
     requirements += ["tokenizers"] if pre.text_column else ["pillow"] if pre.image_column else []
     requirements += ["transformers"] if type(exported.model).__module__ == "trainflow.models.hf" else []
     with warnings.catch_warnings(), mlflow.start_run(run_id=run_id):
@@ -580,9 +584,9 @@ def log_pyfunc(run_id: str, final: Path, example: Any) -> str:
         warnings.filterwarnings("ignore", message=".*An input example was not provided")  # text is ANSI-coloured
         info = mlflow.pyfunc.log_model(
             name="model",
-            python_model=str(package / "serving.py"),
-            artifacts={"model_dir": str(final)},
-            code_paths=[str(package), *([source["source"]] if (source := user_source(exported.model)) else [])],
+            loader_module="trainflow.serving",
+            data_path=str(final),
+            code_paths=[source["source"]] if (source := user_source(exported.model)) else None,
             signature=signature,
             # Listing requirements skips MLflow's ~9 s inference of them.
             pip_requirements=requirements,

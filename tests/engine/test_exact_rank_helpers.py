@@ -276,7 +276,7 @@ def test_the_holder_of_a_workspace_is_named_from_its_record_or_as_another_proces
         assert holder(tmp_path) == "another process", broken
 
 
-def test_the_pyfunc_loads_the_exported_model_from_its_artifact_and_predicts_a_frame(
+def test_the_pyfunc_loads_the_exported_model_from_its_data_and_predicts_a_frame(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import pandas as pd
@@ -290,10 +290,9 @@ def test_the_pyfunc_loads_the_exported_model_from_its_artifact_and_predicts_a_fr
             return frame.assign(prediction=frame["x"] * 2)
 
     monkeypatch.setattr(serving.ExportedModel, "load", staticmethod(lambda path: loaded.append(path) or Exported()))
-    model = serving.TrainflowModel()
-    model.load_context(types.SimpleNamespace(artifacts={"model_dir": str(tmp_path / "final")}))
+    model = serving._load_pyfunc(str(tmp_path / "final"))
     assert loaded == [tmp_path / "final"]
-    out = model.predict(None, {"x": [1, 2]})  # a dict (MLflow's JSON input) becomes a frame
+    out = model.predict({"x": [1, 2]})  # a dict (MLflow's JSON input) becomes a frame
     pd.testing.assert_frame_equal(out, pd.DataFrame({"x": [1, 2], "prediction": [2, 4]}))
     frame = pd.DataFrame({"x": [5]})
-    pd.testing.assert_frame_equal(model.predict(None, frame), pd.DataFrame({"x": [5], "prediction": [10]}))
+    pd.testing.assert_frame_equal(model.predict(frame, params=None), pd.DataFrame({"x": [5], "prediction": [10]}))
