@@ -181,10 +181,10 @@ def load(model: str) -> ExportedModel:
 
     try:
         local = Path(mlflow.artifacts.download_artifacts(artifact_uri=model))
-        flavor = (yaml.safe_load((local / "MLmodel").read_text()) or {}).get("flavors", {}).get("python_function", {})
-    except (MlflowException, OSError) as exc:
-        why = exc.message if isinstance(exc, MlflowException) else str(exc)
-        raise UserError(f"--model {model}: {why} (tracking URI {mlflow.get_tracking_uri()})") from None
+    except MlflowException as exc:
+        raise UserError(f"--model {model}: {exc.message} (tracking URI {mlflow.get_tracking_uri()})") from None
+    spec = yaml.safe_load((local / "MLmodel").read_text()) if (local / "MLmodel").is_file() else None
+    flavor = (spec or {}).get("flavors", {}).get("python_function", {})
     if flavor.get("loader_module") == "trainflow.serving" and "data" in flavor:
         return ExportedModel.load(local / flavor["data"])
     earlier = flavor.get("artifacts", {}).get("model_dir", {}).get("path")  # registered as models-from-code

@@ -507,19 +507,19 @@ def test_a_rerun_after_the_decision_reports_a_failed_lookup_as_such(
 
 
 def _load_fails(monkeypatch: pytest.MonkeyPatch, exc: Callable[[], Exception]) -> registry.Rescore:
-    """A rescore that loads the champion as register's does (predict.load), while loading it raises exc()."""
-    import mlflow.pyfunc
+    """A rescore that loads the champion as register's does (predict.load), while downloading it raises exc()."""
+    import mlflow.artifacts
 
     from trainflow import predict
 
-    def load_model(uri: str) -> Any:
+    def download_artifacts(*_: Any, **__: Any) -> Any:
         raise exc()
 
     def rescore(uri: str) -> dict[str, float]:
         predict.load(uri)
         raise AssertionError("loading the champion was to fail")
 
-    monkeypatch.setattr(mlflow.pyfunc, "load_model", load_model)
+    monkeypatch.setattr(mlflow.artifacts, "download_artifacts", download_artifacts)
     return rescore
 
 
