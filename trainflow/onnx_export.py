@@ -69,13 +69,16 @@ def signature(pre: Preprocessor) -> tuple[list[str], list[str], dict[str, dict[i
 
 
 def example_batches(pre: Preprocessor, config: dict[str, Any]) -> list[list[torch.Tensor]]:
-    """Inputs of the shapes a model meets: 1, 3 and 17 rows; text of 1, 5 and 11 tokens with rows padded to the
-    longest. Random: the check is that the graph computes what torch computes, not that the values mean anything."""
+    """Inputs of the shapes a model meets: 1, 3 and 17 rows; text of 1, 5 and 11 tokens (at most the model's longest
+    sequence) with rows padded to the longest. Random: the check is that the graph computes what torch computes, not
+    that the values mean anything."""
     g = torch.Generator().manual_seed(0)
     batches: list[list[torch.Tensor]] = []
-    for rows, length in ((1, 1), (3, 5), (17, 11)):
+    hf_config = config.get("hf_config", {})
+    longest = int(config.get("max_len") or hf_config.get("max_position_embeddings") or 11)
+    for rows, length in ((1, 1), (3, min(5, longest)), (17, min(11, longest))):
         if pre.text_column is not None:
-            vocab = int(config.get("vocab_size") or config.get("hf_config", {}).get("vocab_size") or 2)
+            vocab = int(config.get("vocab_size") or hf_config.get("vocab_size") or 2)
             lengths = torch.randint(1, length + 1, (rows,), generator=g)
             lengths[0] = length
             mask = torch.arange(length)[None, :] < lengths[:, None]

@@ -36,6 +36,15 @@ CASES = {
     "mlp": {"data.source": "data/raw/blobs.csv", "data.target": "label"},
     "mlp-regression": {"data.source": "data/raw/blobs.csv", "data.target": "f0"},
     "text_transformer": {**TEXT, "model.name": "text_transformer", "model.d_model": 16, "model.n_layers": 1},
+    # Sequences cut at 8 tokens (+ [CLS]; the least features.max_length allows): shorter than the longest example
+    # batch the export checks with.
+    "text_transformer-short": {
+        **TEXT,
+        "model.name": "text_transformer",
+        "model.d_model": 16,
+        "model.n_layers": 1,
+        "features.max_length": 8,
+    },
     "text_bag-pairs": {**TEXT, "model.name": "text_bag", "model.kwargs": '{"buckets": 64}'},
     "cnn": {"data.source": "data/raw/shapes", "model.cnn_channels": "[8]", "train.batch_size": 8},
     "hf-bert": {**TEXT, "model.name": "hf:pretrained/tiny-bert"},
