@@ -169,7 +169,7 @@ def predict_file(
     output_format(output)  # before the work, not after it
     exported = load(model)
     if runtime == "onnx":
-        exported = exported.on_onnx()
+        exported = exported.on_onnx(model)
     column = exported.pre.image_column
     images = image_input(input, column)
     renamed: dict[str, str] = {}  # the model's image column -> the input's name for it

@@ -98,20 +98,25 @@ class ExportedModel:
         model.eval()
         return cls(model, Preprocessor.load(directory), directory)
 
-    def on_onnx(self) -> ExportedModel:
-        """The same model, scored by ONNX Runtime from the model.onnx exported beside its weights."""
+    def on_onnx(self, model: str | None = None) -> ExportedModel:
+        """The same model, scored by ONNX Runtime from the model.onnx exported beside its weights. `model`: what the
+        user named it by (a registry URI or a directory), for the message when there is no graph."""
         assert self.directory is not None, "on_onnx needs a model loaded from a directory"
         path = self.directory / ONNX
-        if not path.is_file():
-            training = self.directory / "training.json"
-            why = read_json(training).get("onnx_not_exported") if training.is_file() else None
-            raise UserError(
-                f"model {self.directory}: no {ONNX} ("
-                + (f"the train stage could not export it: {why}" if why else "trained before trainflow exported ONNX;"
-                   " `trainflow stage train` exports it")
-                + "); score it with --runtime torch"
-            )  # fmt: skip
-        return replace(self, onnx=OnnxModel(path.read_bytes(), self.pre))
+        if path.is_file():
+            return replace(self, onnx=OnnxModel(path.read_bytes(), self.pre))
+        training = self.directory / "training.json"
+        why = read_json(training).get("onnx_not_exported") if training.is_file() else None
+        registered = model is not None and ":/" in model
+        name = model if registered else self.directory
+        if why:
+            said = f"the train stage could not export it: {why}); score it with --runtime torch"
+        elif registered:
+            said = ("registered before trainflow exported ONNX); score it with --runtime torch, or name a version "
+                    "registered since (`trainflow models list`)")  # fmt: skip
+        else:
+            said = "trained before trainflow exported ONNX); `trainflow stage train` exports it, or use --runtime torch"
+        raise UserError(f"model {name}: no {ONNX} ({said}")
 
     @torch.no_grad()
     def outputs(

@@ -121,6 +121,10 @@ def test_predict_with_the_onnx_runtime_reproduces_evaluate_s_accuracy(
     assert "no model.onnx" in capsys.readouterr().err
     assert cli.main(args[:-2]) == 0
     assert pd.read_csv("out.csv")["prediction"].astype(str).tolist() == out["prediction"].astype(str).tolist()
+    # The other way back the message gives: `trainflow stage train` exports it, and --runtime onnx works again.
+    assert cli.main(["stage", "train"]) == 0
+    assert (paths.final / ONNX).is_file() and cli.main(args) == 0
+    assert pd.read_csv("out.csv")["prediction"].astype(str).tolist() == out["prediction"].astype(str).tolist()
 
 
 class HostRead(torch.nn.Module):

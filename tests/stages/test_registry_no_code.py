@@ -78,6 +78,12 @@ def test_a_code_file_planted_in_the_artifact_store_is_never_executed(
     done = load_in_a_fresh_python("models:/blobs@champion", csv_project)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == str(len(test)) and not marker.exists()
+    # A version without a graph (registered before trainflow exported ONNX): --runtime onnx names it by its URI.
+    (store / flavor["data"] / "model.onnx").unlink()
+    with pytest.raises(
+        UserError, match=r"model models:/blobs@champion: no model\.onnx \(registered before .*--runtime"
+    ):
+        load("models:/blobs@champion").on_onnx("models:/blobs@champion")
     # An MLmodel changed to load code from the artifact store: MLflow would run the planted file (shown in a fresh
     # process); trainflow predict refuses the model and runs nothing.
     (store / "code/loader.py").write_text(PLANTED.format(marker=str(marker)))
@@ -90,3 +96,47 @@ def test_a_code_file_planted_in_the_artifact_store_is_never_executed(
     assert not marker.exists()
     done = load_in_a_fresh_python("models:/blobs@champion", csv_project)
     assert done.returncode != 0 and marker.read_text() == "executed"  # the plant works: the test can see it run
+
+
+LEGACY = """
+from pathlib import Path
+
+import mlflow.models
+import mlflow.pyfunc
+
+Path({marker!r}).write_text("executed")
+
+
+class Legacy(mlflow.pyfunc.PythonModel):
+    def predict(self, context, model_input, params=None):
+        return model_input
+
+
+mlflow.models.set_model(Legacy())
+"""
+
+
+def test_a_version_registered_as_models_from_code_is_read_as_data_and_its_code_never_runs(
+    csv_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Versions registered before this change are MLflow models-from-code (a Python file, models/final as the artifact
+    `model_dir`): trainflow predict scores them from their data, as the torch model in models/final does, and never
+    runs their file."""
+    import mlflow
+    import numpy as np
+
+    from trainflow.predict import ExportedModel
+
+    paths = Paths(csv_project)
+    for stage in ("ingest", "split", "train"):
+        run_stage(stage, load_params(paths.params), paths)
+    marker = tmp_path / "marker"
+    code = tmp_path / "legacy.py"
+    code.write_text(LEGACY.format(marker=str(marker)))
+    with mlflow.start_run():
+        info = mlflow.pyfunc.log_model(name="model", python_model=str(code), artifacts={"model_dir": str(paths.final)})
+    marker.unlink(missing_ok=True)  # logging a models-from-code model runs its file once, here, by MLflow's design
+    test = pd.read_parquet(paths.split_file("test"))
+    legacy = load(info.model_uri)
+    assert np.array_equal(legacy.outputs(test), ExportedModel.load(paths.final).outputs(test))
+    assert not marker.exists()
