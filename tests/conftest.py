@@ -67,10 +67,21 @@ def prefect_server() -> Iterator[None]:
         yield
 
 
+def _tracking_dirs() -> set[str]:
+    """The directories under the repo's own MLflow stores (what `trainflow run` here writes, never a test)."""
+    return {d for store in ("mlruns", "mlartifacts") for d, _, _ in os.walk(REPO / store)}
+
+
 @pytest.fixture(autouse=True)
-def _isolated_tracking(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _isolated_tracking(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     monkeypatch.delenv("TRAINFLOW_ROOT", raising=False)
+    before = _tracking_dirs()
+    yield
+    # An experiment created in a test's fresh database keeps its artifacts in ./mlruns of the working directory: a
+    # test that logs from the repo's directory writes there. Caught here, by the test that did it.
+    leaked = sorted(_tracking_dirs() - before)
+    assert not leaked, f"the test wrote into the repo's MLflow store: {leaked[:3]}; monkeypatch.chdir(tmp_path) first"
 
 
 # Files a project needs for DVC to run the pipeline: its definition and the library code stages depend on (as in

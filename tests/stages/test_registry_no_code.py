@@ -127,6 +127,8 @@ def test_a_version_registered_as_models_from_code_is_read_as_data_and_its_code_n
 
     from trainflow.predict import ExportedModel
 
+    # MLflow's default experiment, made with the database, keeps its artifacts in ./mlruns: here, not the repo's.
+    monkeypatch.chdir(tmp_path)
     paths = Paths(csv_project)
     for stage in ("ingest", "split", "train"):
         run_stage(stage, load_params(paths.params), paths)
