@@ -33,10 +33,16 @@ DECODE_ONCE_BYTES = 1 << 30
 
 
 def model_inputs(
-    pre: Preprocessor, frame: pd.DataFrame, where: str, with_labels: bool, base: Path | None = None
+    pre: Preprocessor,
+    frame: pd.DataFrame,
+    where: str,
+    with_labels: bool,
+    base: Path | None = None,
+    normalise: bool = True,
 ) -> TensorData | TextData | ImageData:
     """The engine's dataset for `frame`: token sequences when the schema has a text column, images when it has an image
-    column (paths relative to `base`, default the working directory), else the feature matrix."""
+    column (paths relative to `base`, default the working directory; `normalise` False: the pixels as they are, for a
+    graph that normalises them itself), else the feature matrix."""
     if with_labels:
         y = torch.from_numpy(
             pre.scale_target(pre.labels(frame, where)) if pre.task == "regression" else pre.labels(frame, where)
@@ -46,20 +52,23 @@ def model_inputs(
     if pre.text_column is not None:
         return TextData([torch.from_numpy(t) for t in pre.tokens(frame, where)], y, pad_id=pre.pad_id)
     if pre.image_column is not None:
-        return image_inputs(pre, frame, y, where, base)
+        return image_inputs(pre, frame, y, where, base, normalise)
     return TensorData(torch.from_numpy(pre.features(frame, where)), y)
 
 
-def image_inputs(pre: Preprocessor, frame: pd.DataFrame, y: torch.Tensor, where: str, base: Path | None) -> ImageData:
+def image_inputs(
+    pre: Preprocessor, frame: pd.DataFrame, y: torch.Tensor, where: str, base: Path | None, normalise: bool = True
+) -> ImageData:
     values, names = pre.image_source(frame, where, base)
     channels, (height, width) = pre.image_channels, pre.image_size
+    mean, std = (pre.image_mean, pre.image_std) if normalise else ([0.0] * channels, [1.0] * channels)
     if len(values) * channels * height * width <= DECODE_ONCE_BYTES:
-        return ImageData(torch.from_numpy(pre.decode(values, names, where)), y, pre.image_mean, pre.image_std)
+        return ImageData(torch.from_numpy(pre.decode(values, names, where)), y, mean, std)
 
     def decode(rows: list[int]) -> torch.Tensor:
         return torch.from_numpy(pre.decode([values[i] for i in rows], [names[i] for i in rows], where))
 
-    return ImageData(decode, y, pre.image_mean, pre.image_std)
+    return ImageData(decode, y, mean, std)
 
 
 @dataclass
@@ -124,7 +133,14 @@ class ExportedModel:
     ) -> np.ndarray:
         """Raw model outputs in float64: class probabilities (softmax) or regression values (in target units). Image
         paths are relative to `base` (default: the working directory)."""
-        data = model_inputs(self.pre, frame, where, with_labels=False, base=base)
+        if self.onnx is not None and self.onnx.raw:  # a table: the graph preprocesses its raw columns itself
+            columns = self.pre.typed_columns(frame, where)
+            scored = [self.onnx.feed({k: v[lo : lo + batch_size] for k, v in columns.items()})
+                      for lo in range(0, len(frame), batch_size)]  # fmt: skip
+            if scored:
+                return np.concatenate(scored)
+        normalise = self.onnx is None or self.onnx.normalised
+        data = model_inputs(self.pre, frame, where, with_labels=False, base=base, normalise=normalise)
         parts = []
         for start in range(0, len(data), batch_size):
             batch: Batch = data.batch(torch.arange(start, min(start + batch_size, len(data))))

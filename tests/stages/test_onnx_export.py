@@ -192,3 +192,59 @@ def test_the_train_stage_s_export_says_at_train_time_why_a_model_has_no_graph(
     assert why.startswith("ONNX Runtime's outputs differ from torch's by")
     with pytest.raises(UserError, match=r"no model\.onnx \(the train stage could not export it: ONNX Runtime's"):
         ExportedModel.load(dest).on_onnx()
+
+
+def mixed(n: int, seed: int = 0) -> pd.DataFrame:
+    """A table of every feature kind, each with missing values: numbers (and an infinity), categories (rare ones too),
+    yes/no, timestamps before and after 1970 at every hour; the label depends on each."""
+    rng = np.random.default_rng(seed)
+    size = rng.normal(10.0, 3.0, n)
+    colour = rng.choice(["red", "green", "blue", "teal", "plum"], n, p=[0.4, 0.3, 0.2, 0.07, 0.03]).astype(object)
+    member = rng.choice(["yes", "no"], n).astype(object)
+    when = pd.to_datetime("1969-06-01") + pd.to_timedelta(rng.integers(0, 2 * 365 * 24, n), unit="h")
+    score = (size - 10) / 3 + (colour == "red") + (member == "yes") + (when.hour.to_numpy() >= 12) - 1.2
+    frame = pd.DataFrame({"size": size, "colour": colour, "member": member, "when": when.astype(object),
+                          "label": np.where(score > 0, "high", "low")})  # fmt: skip
+    frame.loc[::9, "size"] = np.nan
+    frame.loc[4::11, "colour"] = None
+    frame.loc[2::13, "member"] = None
+    frame.loc[5::17, "when"] = None
+    return frame
+
+
+def test_the_graph_preprocesses_raw_columns_of_every_kind_as_trainflow_does(tmp_path: Path) -> None:
+    """A table's graph takes the raw columns (numbers, categories, yes/no, timestamps) and computes the same scores
+    and labels as the torch model after trainflow's preprocessing, on test rows and on rows the train split never had:
+    unseen categories, missing values everywhere, timestamps decades away."""
+    import onnx
+    import onnxruntime
+
+    root = make_project(tmp_path / "proj", {**QUICK, "data.source": "data/raw/mixed.csv", "data.target": "label",
+                                            "features.max_categories": 3})  # fmt: skip
+    mixed(300).to_csv(root / "data/raw/mixed.csv", index=False)
+    paths = Paths(root)
+    for stage in ("ingest", "split", "train"):
+        run_stage(stage, load_params(paths.params), paths)
+    model = ExportedModel.load(paths.final)
+    kinds = {c.name: c.kind for c in model.pre.columns}
+    assert kinds == {"size": "numeric", "colour": "categorical", "member": "boolean", "when": "datetime"}, kinds
+    graph = onnx.load(paths.final / ONNX)
+    types = {i.name: i.type.tensor_type.elem_type for i in graph.graph.input}
+    assert types == {"size": onnx.TensorProto.DOUBLE, "colour": onnx.TensorProto.STRING,
+                     "member": onnx.TensorProto.DOUBLE, "when": onnx.TensorProto.INT64}, types  # fmt: skip
+    session = onnxruntime.InferenceSession(str(paths.final / ONNX), providers=["CPUExecutionProvider"])
+    test = pd.read_parquet(paths.split_file("test"))
+    far = mixed(40, seed=1).drop(columns="label")
+    far["colour"] = ["mauve", None, "red", "teal"] * 10  # unseen, missing, kept, rare (not kept: max_categories 3)
+    far["when"] = pd.to_datetime(["1901-03-01 05:00", None, "2099-12-31 23:59", "1970-01-01 00:00"] * 10)
+    far.loc[7, "size"] = np.inf  # missing, as trainflow reads it at prediction
+    for rows in (test, far):
+        expected = model.outputs(rows)  # torch, after trainflow's preprocessing
+        feed = model.pre.typed_columns(rows)
+        scores, labels = session.run(["scores", "label"], feed)
+        assert np.max(np.abs(scores - expected)) <= TOLERANCE
+        assert labels.tolist() == np.asarray(model.pre.classes)[expected.argmax(axis=1)].tolist()
+    # The graph's preprocessing alone gives trainflow's float32 features bit for bit.
+    cut = onnx.utils.Extractor(graph).extract_model(list(types), ["pre/features"])
+    (features,) = onnxruntime.InferenceSession(cut.SerializeToString()).run(None, model.pre.typed_columns(far))
+    assert np.array_equal(features, model.pre.features(far))

@@ -243,6 +243,23 @@ class Preprocessor:
                 part[rows, j + codes[lo:hi]] = 1.0
         return out
 
+    def typed_columns(self, frame: pd.DataFrame, where: str = "input") -> dict[str, np.ndarray]:
+        """Tables: each raw feature of `frame` as one typed array, what model.onnx takes (`trainflow.onnx_export`):
+        numeric and boolean float64 (NaN missing), categorical strings (missing: a string not among the categories),
+        datetime int64 UTC nanoseconds (missing: NaT's -2**63). The same conversions, and errors, as `features`."""
+        _require(frame, self.raw_features, where)
+        out: dict[str, np.ndarray] = {}
+        for c in self.columns:
+            s = frame[c.name]
+            if c.kind == "categorical":
+                absent = "" if "" not in c.categories else "\x00"  # a string no category equals
+                out[c.name] = _strings(s).astype(object).fillna(absent).to_numpy(dtype=object)
+            elif c.kind == "datetime":
+                out[c.name] = _datetimes(s, c.name, where).to_numpy(dtype="datetime64[ns]").view(np.int64)
+            else:
+                out[c.name] = _raw_values(s, c.kind, c.name, where)[:, 0]
+        return out
+
     def tokens(self, frame: pd.DataFrame, where: str = "input") -> list[np.ndarray]:
         """Text: int32 token ids per row, [CLS] first, 1 <= length <= max_length; missing text gives [CLS] alone (a
         pretrained tokenizer: its own special tokens)."""
