@@ -722,6 +722,14 @@ class RegisterParams(Section):
         description="decide: paired: better = promote when shown better; not_worse = promote unless shown worse by "
         "more than min_improvement (retrains whose purpose is fresher data).",
     )
+    flavor: Literal["package", "code"] = Field(
+        "package",
+        description="How the registered model is stored in MLflow. package = its data only (weights, ONNX, JSON) and "
+        "`loader_module: trainflow.serving` of the installed trainflow (pinned by version): loading it runs no code "
+        "from the artifact store. code = MLflow models-from-code, trainflow's code stored with the model, for "
+        "machines that serve it without trainflow installed; loading it runs that stored code, so whoever can write "
+        "to the artifact store can run code where it is loaded. `trainflow predict` reads either as data.",
+    )
     tags: dict[str, str] = Field(
         default_factory=dict,
         description="Extra tags for each registered version (the lineage tags win on a clash); `trainflow tune "

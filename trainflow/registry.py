@@ -41,6 +41,7 @@ DECISION_TAG = "registry_decision"
 MODEL_TAG = "model_sha256"  # version tag: the hash of models/final's files (tracking.model_hash)
 HISTORY_TAG = "champion_history"  # registered model tag: the champion versions, oldest first (JSON), for rollback
 CHANGE_TAG = "champion_change"  # version tag: how and why it (last) became champion
+FLAVOR_TAG = "flavor"  # version tag: how the model is stored (register.flavor; a version without it: package)
 GENERATION_TAG = "split_generation"  # version tag: the split assignment's generation it was trained on
 
 # models:/name/version -> its metrics and per-row outputs on the current test split
@@ -184,15 +185,23 @@ def check_kind(client: Any, name: str, tags: dict[str, str]) -> None:
     )
 
 
-def version_of_run(client: Any, name: str, run_id: str) -> Any | None:
-    """The version of model `name` registered from run `run_id`, if any (the first, should there be several)."""
+def flavor_of(version: Any) -> str:
+    return str(version.tags.get(FLAVOR_TAG, "package"))
+
+
+def version_of_run(client: Any, name: str, run_id: str, flavor: str = "package") -> Any | None:
+    """The version of model `name` registered from run `run_id` as `flavor`, if any (the first, should there be
+    several). One run holds its model once per flavour (register.flavor)."""
     versions = [v for v in client.search_model_versions(f"run_id='{run_id}'") if v.name == name]
+    versions = [v for v in versions if flavor_of(v) == flavor]
     return min(versions, key=lambda v: int(v.version)) if versions else None
 
 
-def version_of_model(client: Any, name: str, model_hash: str) -> Any | None:
-    """The version of model `name` holding the exported model with hash `model_hash` (MODEL_TAG), if any."""
+def version_of_model(client: Any, name: str, model_hash: str, flavor: str = "package") -> Any | None:
+    """The version of model `name` holding the exported model with hash `model_hash` (MODEL_TAG) as `flavor`, if
+    any."""
     found = client.search_model_versions(f"name='{name}' and tags.`{MODEL_TAG}` = '{model_hash}'")
+    found = [v for v in found if flavor_of(v) == flavor]
     return min(found, key=lambda v: int(v.version)) if found else None
 
 
@@ -234,10 +243,11 @@ def register(
         all_tags[GENERATION_TAG] = str(slicing.generation)
     with registry_lock(mlflow.get_tracking_uri()):
         failpoint("register")
-        existing = version_of_run(client, name, run_id)
+        flavor = tags.get(FLAVOR_TAG, "package")
+        existing = version_of_run(client, name, run_id, flavor)
         if existing is None and MODEL_TAG in tags:
             same = lookup(
-                lambda: version_of_model(client, name, tags[MODEL_TAG]), f"looking up the versions of {name!r}"
+                lambda: version_of_model(client, name, tags[MODEL_TAG], flavor), f"looking up the versions of {name!r}"
             )
             if same is not None and DECISION_TAG in same.tags:
                 lineage = {k: v for k, v in same.tags.items() if k in tags}  # the version's, not this run's

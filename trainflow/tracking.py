@@ -530,8 +530,9 @@ def model_hash(final: Path) -> str:
     return sha256_files(sorted(p for p in final.iterdir() if p.is_file()))
 
 
-def run_of_model(experiment_id: str, final: Path) -> tuple[str, str | None] | None:
-    """(run id, model URI or None) of the run in `experiment_id` that holds the model in `final`, if one does."""
+def run_of_model(experiment_id: str, final: Path, flavor: str = "package") -> tuple[str, str | None] | None:
+    """(run id, URI of the model logged as `flavor`, or None) of the run in `experiment_id` that holds the model in
+    `final`, if one does."""
     from mlflow.tracking import MlflowClient
 
     runs = MlflowClient().search_runs(
@@ -539,19 +540,27 @@ def run_of_model(experiment_id: str, final: Path) -> tuple[str, str | None] | No
     )
     if not runs:
         return None
-    with_model = [r for r in runs if MODEL_URI_TAG in r.data.tags]
+    tag = uri_tag(flavor)
+    with_model = [r for r in runs if tag in r.data.tags]
     run = (with_model or runs)[0]
-    return run.info.run_id, run.data.tags.get(MODEL_URI_TAG)
+    return run.info.run_id, run.data.tags.get(tag)
 
 
-def log_pyfunc(run_id: str, final: Path, example: Any) -> str:
+def uri_tag(flavor: str) -> str:
+    """The run tag holding the URI of its model logged as `flavor` (register.flavor)."""
+    return MODEL_URI_TAG if flavor == "package" else f"{MODEL_URI_TAG}.{flavor}"
+
+
+def log_pyfunc(run_id: str, final: Path, example: Any, flavor: str = "package") -> str:
     """Log the exported model in `final` into run `run_id` as an MLflow pyfunc and tag the run with its hash and URI;
     returns its models:/ URI. `example`: a few rows of the raw input, for the signature.
 
-    The pyfunc's code is the installed trainflow's (`loader_module="trainflow.serving"`, trainflow pinned by version in
-    its requirements); its data is models/final. No trainflow code is stored in the artifact store, so nothing there
-    can make a loading machine run code, and loading unpickles nothing. A user model's module is the exception: it
-    travels with the model (code_paths), since the model cannot be built without it."""
+    flavor package (the default): the pyfunc's code is the installed trainflow's (`loader_module="trainflow.serving"`,
+    trainflow pinned by version in its requirements); its data is models/final. No trainflow code is stored in the
+    artifact store, so nothing there can make a loading machine run code, and loading unpickles nothing. A user
+    model's module is the exception: it travels with the model (code_paths), since the model cannot be built without
+    it. flavor code (register.flavor: code, asked for): MLflow models-from-code, `trainflow/serving_code.py` with the
+    trainflow package stored beside it, for machines without trainflow installed; loading it runs that stored code."""
     import mlflow
     import torch
     from mlflow.models import ModelSignature, infer_signature
@@ -575,23 +584,25 @@ def log_pyfunc(run_id: str, final: Path, example: Any) -> str:
         inputs=InputSchema([ColSpec(AnyType(), c) for c in columns]),
         outputs=infer_signature(inputs, exported.predict_frame(inputs)).outputs,
     )
-    requirements = [f"trainflow=={trainflow.__version__}", f"torch=={torch.__version__.split('+')[0]}", "safetensors",
-                    "pandas", "numpy", "onnxruntime"]  # fmt: skip
+    requirements = [f"torch=={torch.__version__.split('+')[0]}", "safetensors", "pandas", "numpy", "onnxruntime",
+                    "pydantic", "pyyaml"]  # fmt: skip
+    requirements += [f"trainflow=={trainflow.__version__}"] if flavor == "package" else []  # code: stored with it
     requirements += ["tokenizers"] if pre.text_column else ["pillow"] if pre.image_column else []
     requirements += ["transformers"] if type(exported.model).__module__ == "trainflow.models.hf" else []
     with warnings.catch_warnings(), mlflow.start_run(run_id=run_id):
         # The signature is given; an input example would only make MLflow load and run the model once more.
         warnings.filterwarnings("ignore", message=".*An input example was not provided")  # text is ANSI-coloured
-        info = mlflow.pyfunc.log_model(
-            name="model",
-            loader_module="trainflow.serving",
-            data_path=str(final),
-            code_paths=[source["source"]] if (source := user_source(exported.model)) else None,
-            signature=signature,
-            # Listing requirements skips MLflow's ~9 s inference of them.
-            pip_requirements=requirements,
-        )
+        user = [source["source"]] if (source := user_source(exported.model)) else []
+        package = Path(trainflow.__file__).parent
+        how: dict[str, Any] = (
+            {"loader_module": "trainflow.serving", "data_path": str(final), "code_paths": user or None}
+            if flavor == "package"
+            else {"python_model": str(package / "serving_code.py"), "artifacts": {"model_dir": str(final)},
+                  "code_paths": [str(package), *user]}
+        )  # fmt: skip
+        # Listing requirements skips MLflow's ~9 s inference of them.
+        info = mlflow.pyfunc.log_model(name="model", signature=signature, pip_requirements=requirements, **how)
     client = MlflowClient()
     client.set_tag(run_id, MODEL_HASH_TAG, model_hash(final))
-    client.set_tag(run_id, MODEL_URI_TAG, str(info.model_uri))
+    client.set_tag(run_id, uri_tag(flavor), str(info.model_uri))
     return str(info.model_uri)

@@ -142,3 +142,46 @@ def test_a_version_registered_as_models_from_code_is_read_as_data_and_its_code_n
     legacy = load(info.model_uri)
     assert np.array_equal(legacy.outputs(test), ExportedModel.load(paths.final).outputs(test))
     assert not marker.exists()
+
+
+def test_register_flavor_code_stores_trainflow_s_code_only_when_asked(csv_project: Path, tmp_path: Path) -> None:
+    """register.flavor: code registers the same model again, as MLflow models-from-code: trainflow's package is
+    stored with it and MLflow's loading imports trainflow from there. The default version stays champion (the same
+    model is not better), both versions come from the one run, and trainflow predict reads the new one as data."""
+    from mlflow.tracking import MlflowClient
+
+    from trainflow.params import write_overrides
+    from trainflow.predict import ExportedModel
+
+    paths, package_store = registered(csv_project)
+    assert not (package_store / "code" / "trainflow").exists()
+    write_overrides(paths.params, ["register.flavor=code"])
+    run_stage("register", load_params(paths.params), paths)
+    client = MlflowClient()
+    versions = sorted(client.search_model_versions("name='blobs'"), key=lambda v: int(v.version))
+    assert [(int(v.version), v.tags["flavor"]) for v in versions] == [(1, "package"), (2, "code")]
+    assert versions[0].run_id == versions[1].run_id
+    assert int(client.get_model_version_by_alias("blobs", "champion").version) == 1
+    store = Path(urlparse(client.get_model_version_download_uri("blobs", "2")).path)
+    flavor = yaml.safe_load((store / "MLmodel").read_text())["flavors"]["python_function"]
+    assert flavor["loader_module"] == "mlflow.pyfunc.loaders.code_model"
+    assert (store / "code" / "trainflow" / "serving_code.py").is_file()
+    # Rerun: nothing new (one version per model and flavour).
+    run_stage("register", load_params(paths.params), paths)
+    assert len(client.search_model_versions("name='blobs'")) == 2
+
+    test = pd.read_parquet(paths.split_file("test")).drop(columns=["label"])
+    test.to_csv(tmp_path / "test.csv", index=False)
+    code = (
+        "import sys, mlflow.pyfunc, pandas as pd\n"
+        "m = mlflow.pyfunc.load_model('models:/blobs/2')\n"
+        "print(sys.modules['trainflow'].__file__)\n"  # the package MLflow's loading imported
+        "m.predict(pd.read_csv('test.csv')).to_csv('out.csv', index=False)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "/code/trainflow/__init__.py" in done.stdout.strip().splitlines()[-1], done.stdout
+    served = pd.read_csv(tmp_path / "out.csv")
+    assert served["prediction"].astype(str).tolist() == ExportedModel.load(paths.final).predict_frame(test)[
+        "prediction"].astype(str).tolist()  # fmt: skip
+    assert (load("models:/blobs/2").outputs(test) == ExportedModel.load(paths.final).outputs(test)).all()

@@ -52,15 +52,17 @@ def split_generations(paths: Paths) -> tuple[int | None, np.ndarray | None]:
 
 
 def logged_model(params: PipelineParams, paths: Paths, train_run: dict[str, Any]) -> tuple[str, str]:
-    """(run id, models:/ URI) of the trained model in MLflow. When tracking was down during train, the model was not
-    logged (and perhaps no run started): log it now — into the run that already holds this model (an earlier attempt
-    of register), else into train's run, else into a new one — so retries never log one model twice."""
-    if train_run.get("model_uri") and train_run.get("run_id"):
+    """(run id, models:/ URI) of the trained model in MLflow, logged as register.flavor. Train logs the default flavour
+    (package). When tracking was down during train, the model was not logged (and perhaps no run started), and train
+    never logs another flavour: log it now — into the run that already holds this model (an earlier attempt of
+    register, or train's), else into train's run, else into a new one — so retries never log one model twice."""
+    flavor = params.register.flavor
+    if flavor == "package" and train_run.get("model_uri") and train_run.get("run_id"):
         return str(train_run["run_id"]), str(train_run["model_uri"])
     from mlflow.tracking import MlflowClient
 
     experiment_id = tracking.ensure_experiment(params.tracking.experiment, paths.root)
-    found = tracking.run_of_model(experiment_id, paths.final)
+    found = tracking.run_of_model(experiment_id, paths.final, flavor)
     if found is not None and found[1] is not None:
         return found[0], found[1]
     run_id = found[0] if found else train_run.get("run_id")
@@ -71,8 +73,9 @@ def logged_model(params: PipelineParams, paths: Paths, train_run: dict[str, Any]
             "trainflow.logged_by": "register (tracking was down during train)",
         }
         run_id = MlflowClient().create_run(experiment_id, tags=tags).info.run_id
-    model_uri = tracking.log_pyfunc(str(run_id), paths.final, paths.read_split("val").head(5))
-    print(f"register: logged the model to MLflow run {run_id} (tracking was down during train)", file=sys.stderr)
+    model_uri = tracking.log_pyfunc(str(run_id), paths.final, paths.read_split("val").head(5), flavor)
+    why = "tracking was down during train" if flavor == "package" else "register.flavor code: models-from-code"
+    print(f"register: logged the model to MLflow run {run_id} ({why})", file=sys.stderr)
     return str(run_id), model_uri
 
 
@@ -96,6 +99,7 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
         "data_sha256": training["data_sha256"],
         "params_hash": lineage.params_hash(params.model_dump()),
         registry.MODEL_TAG: tracking.model_hash(paths.final),  # a retrain to the same bytes registers no version
+        registry.FLAVOR_TAG: params.register.flavor,  # ... unless it is stored another way
     }
     # The paired gate compares this model and the champion row by row: this one's outputs, scored as evaluate did.
     # This model's outputs on the test rows, scored as evaluate did: the paired gate compares them with the champion's
