@@ -117,13 +117,14 @@ def test_register_returns_the_uri_of_the_model_it_logs_into_trains_run_when_trai
     experiment = tracking.ensure_experiment(PipelineParams().tracking.experiment, tmp_path)
     train_run = MlflowClient().create_run(experiment).info.run_id  # no model in it: tracking failed before
 
-    logged: list[tuple[str, Path, list[int]]] = []
+    logged: list[tuple[str, Path, list[int], str]] = []
 
-    def log_pyfunc(run_id: str, final: Path, example: pd.DataFrame) -> str:
-        logged.append((run_id, final, example["x"].tolist()))
+    def log_pyfunc(run_id: str, final: Path, example: pd.DataFrame, flavor: str) -> str:
+        logged.append((run_id, final, example["x"].tolist(), flavor))
         return "models:/m-logged-by-register"
 
     monkeypatch.setattr(tracking, "log_pyfunc", log_pyfunc)
     found = register.logged_model(PipelineParams(), paths, {"run_id": train_run, "model_uri": None})
     assert found == (train_run, "models:/m-logged-by-register")
-    assert logged == [(train_run, paths.final, [0, 1, 2, 3, 4])]  # once, into train's run, 5 val rows as example
+    # once, into train's run, 5 val rows as example, as register.flavor says
+    assert logged == [(train_run, paths.final, [0, 1, 2, 3, 4], "package")]
