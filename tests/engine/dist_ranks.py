@@ -17,7 +17,7 @@ from engine_kit import make_trainer, mlp, table, text_data, text_model
 
 from trainflow.engine import distributed
 from trainflow.engine.augment import Augment
-from trainflow.engine.data import Dataset, ImageData, MemmapData
+from trainflow.engine.data import Dataset, ImageData, MemmapData, RecordFile
 from trainflow.engine.trainer import Trainer
 from trainflow.models.cnn import CNN
 
@@ -112,7 +112,7 @@ def nonfinite_on_rank_1(tmp: str, strategy: str) -> dict[str, Any]:
 
 
 def samples_seen(
-    tmp: str, settings: dict[str, Any], strategy: str = "ddp", memmap: bool = False
+    tmp: str, settings: dict[str, Any], strategy: str = "ddp", memmap: bool | str = False
 ) -> list[list[tuple[int, int]]]:
     """Train (resuming from what `tmp` holds) and return, from every rank, the (epoch, sample) pairs it trained on."""
     group = join(strategy)
@@ -123,30 +123,53 @@ def samples_seen(
 
 
 def run_recording(
-    tmp: str, settings: dict[str, Any], group: distributed.Group | None = None, memmap: bool = False
+    tmp: str, settings: dict[str, Any], group: distributed.Group | None = None, memmap: bool | str = False
 ) -> list[tuple[int, int]]:
-    """`memmap`: the train split as the streamed path holds it (data.memory_budget_mb exceeded): .npy files that
-    every rank memory-maps whole, as trainflow.data.stream writes them."""
-    t = make_trainer(Path(tmp), mlp(), group=group, **settings)
-    tensors = table(n=203)
-    train: Dataset = tensors
-    if memmap:
-        rank = group.rank if group is not None else 0
-        files = Path(tmp).parent / f"streamed-rank{rank}"
-        files.mkdir(parents=True, exist_ok=True)
-        np.save(files / "x.npy", tensors.x.numpy())
-        np.save(files / "y.npy", tensors.y.numpy())
-        train = MemmapData(np.load(files / "x.npy", mmap_mode="r"), np.load(files / "y.npy", mmap_mode="r"))
+    """`memmap`: the train split as the streamed path holds it (data.memory_budget_mb exceeded): True, a table in .npy
+    files that every rank memory-maps whole, as trainflow.data.stream writes them; "images", 203 images whose bytes
+    lie back to back in one file, read by offset (RecordFile) and decoded in the background, as the train stage's
+    `streamed_images` holds them (raw pixels here: what decoding makes of PNGs is not what this test is about)."""
+    rank = group.rank if group is not None else 0
+    files = Path(tmp).parent / f"streamed-rank{rank}"
+    files.mkdir(parents=True, exist_ok=True)
+    train: Dataset
+    if memmap == "images":
+        t = make_trainer(Path(tmp), model("image"), group=group, **settings)
+        held = images(203, seed=1)  # in memory: what each sample's batch rows are, to name the sample by
+        pixels = held.images.numpy() if isinstance(held.images, torch.Tensor) else None
+        assert pixels is not None
+        (files / "images.bin").write_bytes(pixels.tobytes())
+        size = pixels[0].nbytes
+        stored = RecordFile(files / "images.bin", np.arange(len(pixels) + 1, dtype=np.int64) * size)
+
+        def decode(rows: list[int]) -> torch.Tensor:  # as Preprocessor.decode: [len(rows), C, H, W], none too
+            out = np.empty((len(rows), *pixels.shape[1:]), dtype=np.uint8)
+            for i, b in enumerate(stored.read(rows)):
+                out[i] = np.frombuffer(b, dtype=np.uint8).reshape(pixels.shape[1:])
+            return torch.from_numpy(out)
+
+        train = ImageData(decode, held.targets, held.mean, held.std)
+        rows = held.batch(torch.arange(203)).inputs["images"].numpy()
+        key, val = "images", images(40, seed=2)
+    else:
+        t = make_trainer(Path(tmp), mlp(), group=group, **settings)
+        tensors = table(n=203)
+        train, rows, key, val = tensors, tensors.x.numpy(), "x", table(n=203, seed=1)
+        if memmap:
+            np.save(files / "x.npy", tensors.x.numpy())
+            np.save(files / "y.npy", tensors.y.numpy())
+            train = MemmapData(np.load(files / "x.npy", mmap_mode="r"), np.load(files / "y.npy", mmap_mode="r"))
     seen: list[tuple[int, int]] = []
     batch = train.batch
 
-    sample_of = {row.tobytes(): i for i, row in enumerate(tensors.x.numpy())}  # rows are distinct random floats
+    sample_of = {row.tobytes(): i for i, row in enumerate(rows)}  # rows are distinct random values
+    assert len(sample_of) == 203
 
     def recording(idx: torch.Tensor) -> Any:
         got = batch(idx)  # the sample is read off the rows the data returned, not the indices asked for
-        seen.extend((t.state.epoch, sample_of[row.tobytes()]) for row in got.inputs["x"].cpu().numpy())
+        seen.extend((t.state.epoch, sample_of[row.tobytes()]) for row in got.inputs[key].cpu().numpy())
         return got
 
     train.batch = recording  # type: ignore[method-assign]
-    t.fit(train, table(n=203, seed=1))
+    t.fit(train, val)
     return seen

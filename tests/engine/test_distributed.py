@@ -229,14 +229,17 @@ def epochs_of(pairs: list[tuple[int, int]]) -> dict[int, Counter[int]]:
 
 @pytest.mark.slow  # a launch of two ranks per case: ~7 s each
 @pytest.mark.parametrize(
-    ("before", "after", "memmap"), [(2, 1, False), (1, 2, False), (2, 1, True)], ids=["2-1", "1-2", "2-1-streamed"]
+    ("before", "after", "memmap"),
+    [(2, 1, False), (1, 2, False), (2, 1, True), (2, 1, "images")],
+    ids=["2-1", "1-2", "2-1-streamed", "2-1-streamed-images"],
 )
 def test_resume_on_another_number_of_processes_keeps_every_epochs_samples(
-    tmp_path: Path, before: int, after: int, memmap: bool
+    tmp_path: Path, before: int, after: int, memmap: bool | str
 ) -> None:
     """Stop after 9 updates (mid-epoch 2: with one process at a window boundary the two-process run does not have),
     resume with the other world size: every epoch trains on each of its samples exactly once. `streamed`: the train
-    split memory-mapped from .npy files, as when it exceeds data.memory_budget_mb (issue 26)."""
+    split read from its files as when it exceeds data.memory_budget_mb (issue 26): a table's .npy rows, or images
+    read by offset from one file and decoded in a background thread."""
     ckpt = tmp_path / "ckpt"
     first = {**SETTINGS, "max_steps": 9}
     then = {**SETTINGS, "resume": str(ckpt)}
