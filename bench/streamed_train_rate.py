@@ -2,9 +2,10 @@
 holding it in memory (TensorData), in one process, alternating, on the same batches of the same epoch order: an MLP
 70 -> 256 -> 256 -> 2, AdamW, batch 1024 (issue 26: the streamed path's cost, without the stages around it).
 
-    .venv/bin/python bench/streamed_train_rate.py [--rows 1000000] [--batches 400] [--repeats 3] [--threads N]
+    .venv/bin/python bench/streamed_train_rate.py [--rows 1000000] [--batches 400] [--chunk 20] [--threads N]
 
-Prints the median samples/s of each and their ratio.
+The two sides alternate every `--chunk` batches; it prints the median chunk's samples/s of each and the median ratio
+of adjacent chunks.
 """
 
 from __future__ import annotations
@@ -25,23 +26,25 @@ from trainflow.engine.data import Dataset, MemmapData, TensorData, epoch_order  
 FEATURES, BATCH = 70, 1024
 
 
-def rate(data: Dataset, model: torch.nn.Module, opt: torch.optim.Optimizer, n: int, batches: int) -> float:
-    order = data.epoch_order(0, 0) if isinstance(data, MemmapData) else epoch_order(n, 0, 0)
+def chunk_seconds(
+    data: Dataset, order: torch.Tensor, model: torch.nn.Module, opt: torch.optim.Optimizer, start: int, batches: int
+) -> float:
+    """Seconds to train on `batches` batches of `data` from batch `start` of `order`."""
     started = time.perf_counter()
-    for k in range(batches):
+    for k in range(start, start + batches):
         b = data.batch(order[k * BATCH : (k + 1) * BATCH])
         loss = torch.nn.functional.cross_entropy(model(b.inputs["x"]), b.target)
         opt.zero_grad()
         loss.backward()
         opt.step()
-    return batches * BATCH / (time.perf_counter() - started)
+    return time.perf_counter() - started
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--batches", type=int, default=400)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--chunk", type=int, default=20, help="batches per chunk (the sides alternate per chunk)")
     ap.add_argument("--threads", type=int, help="torch threads (default: torch's)")
     args = ap.parse_args()
     if args.threads:
@@ -55,13 +58,20 @@ def main() -> None:
         np.save(Path(tmp) / "x.npy", x)
         disk = MemmapData(np.load(Path(tmp) / "x.npy", mmap_mode="r"), y)
         memory = TensorData(torch.from_numpy(x), torch.from_numpy(y))
-        rates: dict[str, list[float]] = {"memory": [], "disk": []}
-        for _ in range(args.repeats):
-            rates["memory"].append(rate(memory, model, opt, args.rows, args.batches))
-            rates["disk"].append(rate(disk, model, opt, args.rows, args.batches))
-    m, d = statistics.median(rates["memory"]), statistics.median(rates["disk"])
+        # Interleaved in chunks of `--chunk` batches (memory, disk, memory, disk, ...), each side walking its own
+        # epoch order forward (so the disk side's read-ahead predicts every batch, as in training): this machine's
+        # slow spells last seconds, and a ratio of adjacent chunks cancels them. Ratio: the median of the ratios of
+        # adjacent chunks; samples/s: the median chunk of each side.
+        orders = {"memory": epoch_order(args.rows, 0, 0), "disk": disk.epoch_order(0, 0)}
+        seconds: dict[str, list[float]] = {"memory": [], "disk": []}
+        for c in range(args.batches // args.chunk):
+            for name, data in (("memory", memory), ("disk", disk)):
+                seconds[name].append(chunk_seconds(data, orders[name], model, opt, c * args.chunk, args.chunk))
+    per_chunk = args.chunk * BATCH
+    m, d = per_chunk / statistics.median(seconds["memory"]), per_chunk / statistics.median(seconds["disk"])
+    ratio = statistics.median(t_m / t_d for t_m, t_d in zip(seconds["memory"], seconds["disk"]))
     print(f"torch threads {torch.get_num_threads()}: in memory {m:,.0f} samples/s, from disk {d:,.0f}, "
-          f"ratio {d / m:.2f}")  # fmt: skip
+          f"ratio {ratio:.2f} (median of {len(seconds['disk'])} adjacent chunks of {args.chunk} batches)")  # fmt: skip
 
 
 if __name__ == "__main__":
