@@ -344,8 +344,8 @@ class OnnxModel:
 
         self.session = onnxruntime.InferenceSession(graph, providers=["CPUExecutionProvider"])
         self.keys, self.names, _ = signature(pre)
-        found = [i.name for i in self.session.get_inputs()]
-        self.raw = is_table(pre) and found != self.names
+        # A table's raw columns are 1-d inputs; graphs from before take the 2-d `features` matrix.
+        self.raw = is_table(pre) and all(len(i.shape) == 1 for i in self.session.get_inputs())
         # Graphs from before the normalisation moved in take normalised float32 images.
         self.normalised = pre.image_column is not None and self.session.get_inputs()[0].type == "tensor(float)"
 

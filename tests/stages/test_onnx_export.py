@@ -23,7 +23,7 @@ from trainflow.data.schema import Schema
 from trainflow.errors import UserError
 from trainflow.export import export
 from trainflow.io import read_json
-from trainflow.onnx_export import ONNX, TOLERANCE, to_onnx
+from trainflow.onnx_export import ONNX, TOLERANCE, Scores, to_onnx
 from trainflow.params import load_params
 from trainflow.paths import Paths
 from trainflow.predict import ExportedModel
@@ -248,3 +248,26 @@ def test_the_graph_preprocesses_raw_columns_of_every_kind_as_trainflow_does(tmp_
     cut = onnx.utils.Extractor(graph).extract_model(list(types), ["pre/features"])
     (features,) = onnxruntime.InferenceSession(cut.SerializeToString()).run(None, model.pre.typed_columns(far))
     assert np.array_equal(features, model.pre.features(far))
+
+
+def test_a_table_graph_exported_before_the_preprocessing_moved_in_still_scores(csv_project: Path) -> None:
+    """models/final from before 2026-11-27: model.onnx takes the preprocessed `features` matrix (2-d). Predict feeds
+    it that matrix, and the scores are torch's."""
+    import io
+
+    paths = Paths(csv_project)
+    for stage in ("ingest", "split", "train"):
+        run_stage(stage, load_params(paths.params), paths)
+    model = ExportedModel.load(paths.final)
+    old = io.BytesIO()
+    with torch.no_grad():
+        torch.onnx.export(
+            Scores(model.model, model.pre, ["x"]).eval(), (torch.zeros(3, model.pre.width),), old,
+            input_names=["features"], output_names=["scores"], dynamic_axes={"features": {0: "rows"}},
+            opset_version=18, dynamo=False,
+        )  # fmt: skip
+    (paths.final / ONNX).write_bytes(old.getvalue())
+    scored = model.on_onnx()
+    assert scored.onnx is not None and not scored.onnx.raw
+    test = pd.read_parquet(paths.split_file("test"))
+    assert np.max(np.abs(scored.outputs(test) - model.outputs(test))) <= TOLERANCE
