@@ -23,7 +23,10 @@ GIT_IDENTITY = {
 
 def dvc(root: Path, *args: str) -> str:
     """Run `dvc ARGS` in `root`; fail the test with DVC's own output if it fails. Returns stdout + stderr."""
-    proc = subprocess.run([DVC, *args], cwd=root, capture_output=True, text=True)
+    # DVC cuts its tables to the terminal's width (80 columns without one): a long tmp path (pytest-xdist adds
+    # popen-gw0/) came out cut in two. Wide enough for any path here.
+    env = {**os.environ, "COLUMNS": "4096"}
+    proc = subprocess.run([DVC, *args], cwd=root, capture_output=True, text=True, env=env)
     assert proc.returncode == 0, f"dvc {' '.join(args)} failed:\n{proc.stdout}{proc.stderr}"
     return proc.stdout + proc.stderr
 
