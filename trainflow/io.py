@@ -219,6 +219,21 @@ def read_parquet(path: Path, repair: str) -> Any:
         raise DataError(f"{path} cannot be read, it is corrupt or truncated ({exc}); {repair}") from None
 
 
+def parquet_options(table: Any) -> dict[str, Any]:
+    """How trainflow writes its tables: the keywords of pyarrow's ParquetWriter (and of DataFrame.to_parquet) for
+    `table`, the pyarrow Schema written or the DataFrame. Dictionary encoding for every column but floats: a float
+    column rarely repeats its values, so the writer builds a dictionary per row group only to give it up. Writing
+    bench/out_of_core.py's 4M-row table in row groups of 128K rows took 5.3 s with every column tried, 2.8 s with the
+    floats left plain, and the file was no larger."""
+    import pyarrow as pa
+
+    if isinstance(table, pa.Schema):
+        floats = {f.name: pa.types.is_floating(f.type) for f in table}
+    else:
+        floats = {str(c): t.kind == "f" for c, t in table.dtypes.items()}
+    return {"use_dictionary": [name for name, floating in floats.items() if not floating]}
+
+
 def sha256_files(paths: list[Path]) -> str:
     """One hash over the names and bytes of `paths`, in the given order."""
     h = hashlib.sha256()

@@ -85,6 +85,13 @@ def test_a_streamed_split_is_the_in_memory_split(
     train = pq.ParquetFile(streamed.split_file("train"))
     assert train.metadata.num_row_groups > 2  # written a block at a time, not gathered first
     assert "row_key" not in train.schema_arrow.names
+    with monkeypatch.context() as m:
+        m.setattr(stream, "BLOCK_BYTES", 4096)
+        block = stream.data_rows(streamed.table)
+    for name in SPLITS:  # a part's rows are gathered into row groups of a block's rows, not its share of each block
+        meta = pq.ParquetFile(streamed.split_file(name)).metadata
+        groups = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+        assert all(g >= block for g in groups[:-1]) and groups[-1] > 0, (name, block, groups)
 
     # 10% new rows appended: both keep every old row where it was and place the new ones alike
     for paths in projects:
@@ -118,3 +125,21 @@ def test_a_streamed_split_names_a_damaged_table_and_how_to_restore_it(
     shutil.rmtree(streamed.root / "data/processed")
     run_stage("ingest", load_params(streamed.params), streamed)  # as the message says (`trainflow stage ingest`)
     run_stage("split", load_params(streamed.params), streamed)
+
+
+def test_tables_are_written_with_dictionaries_for_every_column_but_floats(
+    projects: tuple[Paths, Paths], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """io.parquet_options, in every writer of a table (ingest and split, in memory and streamed): a float column is
+    written plain (a dictionary of floats that rarely repeat is built only to be given up), the others with one."""
+    split_both(projects, monkeypatch)
+    files = [paths.table for paths in projects] + [paths.split_file(s) for paths in projects for s in SPLITS]
+    for path in files:
+        meta = pq.ParquetFile(path).metadata
+        for j in range(meta.num_columns):
+            column = meta.row_group(0).column(j)
+            if column.physical_type == "BOOLEAN":  # Parquet has no dictionaries of booleans
+                continue
+            dictionary = any("DICTIONARY" in e for e in column.encodings)
+            floating = column.physical_type in ("DOUBLE", "FLOAT")
+            assert dictionary != floating, (path, column.path_in_schema, column.physical_type, column.encodings)

@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 from pandas.core.util.hashing import combine_hash_arrays
 
 from trainflow.errors import DataError
+from trainflow.io import parquet_options
 
 BATCH_ROWS = 1 << 17  # rows per record batch of a spilled column, and per row group of the written table
 
@@ -251,7 +252,7 @@ def _write_batches(dest: Path, readers: list[pa.ipc.RecordBatchFileReader], keep
     pandas_meta = dict(meta[0], columns=[m["columns"][0] for m in meta])
     schema = pa.schema([s.field(0) for s in schemas], metadata={b"pandas": json.dumps(pandas_meta).encode()})
     written = 0
-    with pq.ParquetWriter(dest, schema) as writer:
+    with pq.ParquetWriter(dest, schema, **parquet_options(schema)) as writer:
         lo = 0
         for i in range(readers[0].num_record_batches):
             batches = [r.get_batch(i) for r in readers]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
@@ -34,6 +35,7 @@ import pyarrow.parquet as pq
 
 from trainflow.data.schema import PATH_SUFFIX
 from trainflow.errors import DataError
+from trainflow.io import parquet_options
 from trainflow.paths import restore
 
 if TYPE_CHECKING:
@@ -142,30 +144,49 @@ def blocks(path: Path, rows: int, columns: list[str]) -> Iterator[pd.DataFrame]:
 
 
 def write_parts(path: Path, part_of_row: np.ndarray, dests: list[Path], drop: list[str]) -> list[int]:
-    """Write the rows of the Parquet table at `path` into `dests[part_of_row[i]]`, in table order, reading and writing
-    a block of about BLOCK_BYTES at a time; `drop`: columns left out. Each part is read back (pd.read_parquet) as the
-    in-memory `frame.iloc[rows]` written with to_parquet would be: the same columns, dtypes and values. Returns the
-    rows per part."""
+    """Write the rows of the Parquet table at `path` into `dests[part_of_row[i]]`, in table order, reading a block of
+    about BLOCK_BYTES at a time; `drop`: columns left out. Each part is read back (pd.read_parquet) as the in-memory
+    `frame.iloc[rows]` written with to_parquet would be: the same columns, dtypes and values. Returns the rows per
+    part.
+
+    A part's rows are gathered into row groups of a block's rows (not the part's share of each block: small row
+    groups are slow to write and to read), and each part is written in a thread of its own, which encodes it while
+    the next block is read (pyarrow's writer lets go of the GIL). Held: a block and, per part, a row group being
+    gathered and one being written."""
     file = _open(path)
     columns = [c for c in file.schema_arrow.names if c not in drop]
     schema = pa.schema([file.schema_arrow.field(c) for c in columns], metadata=file.schema_arrow.metadata)
     rows = data_rows(path)
-    writers = [pq.ParquetWriter(dest, schema) for dest in dests]
     counts = [0] * len(dests)
-    try:
+    gathered: list[list[pa.Table]] = [[] for _ in dests]
+    writing: list[Future[None] | None] = [None] * len(dests)
+    with contextlib.ExitStack() as stack:
+        writers = [stack.enter_context(pq.ParquetWriter(d, schema, **parquet_options(schema))) for d in dests]
+        pool = stack.enter_context(ThreadPoolExecutor(len(dests), thread_name_prefix="trainflow-split"))
+
+        def flush(i: int) -> None:
+            if (pending := writing[i]) is not None:
+                pending.result()  # one write per part at a time, in order; its error is raised here
+            group, gathered[i] = pa.concat_tables(gathered[i]).combine_chunks(), []
+            writing[i] = pool.submit(writers[i].write_table, group)
+
         lo = 0
         with _reading(path):
             for batch in file.iter_batches(batch_size=rows, columns=columns):
                 parts = part_of_row[lo : lo + batch.num_rows]
                 lo += batch.num_rows
-                for i, writer in enumerate(writers):
+                for i in range(len(dests)):
                     take = np.flatnonzero(parts == i)
                     if len(take):
-                        writer.write_table(pa.Table.from_batches([batch.take(pa.array(take))], schema=schema))
+                        gathered[i].append(pa.Table.from_batches([batch.take(pa.array(take))], schema=schema))
                         counts[i] += len(take)
-    finally:
-        for writer in writers:
-            writer.close()
+                    if sum(t.num_rows for t in gathered[i]) >= rows:
+                        flush(i)
+        for i in range(len(dests)):
+            if gathered[i]:
+                flush(i)
+            if (pending := writing[i]) is not None:
+                pending.result()
     return counts
 
 

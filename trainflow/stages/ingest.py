@@ -14,7 +14,7 @@ from trainflow.data.schema import Schema
 from trainflow.data.sources import RawTable, read_source
 from trainflow.data.validate import infer_schema, schema_params
 from trainflow.errors import ParamsError
-from trainflow.io import atomic_dir, write_json
+from trainflow.io import atomic_dir, parquet_options, write_json
 from trainflow.params import DataParams, PipelineParams, source_outside
 from trainflow.paths import Paths
 
@@ -68,7 +68,7 @@ def run(params: PipelineParams, paths: Paths, accept_schema: bool = False) -> di
             print(f"ingest: {note}", file=sys.stderr)
         schema, frame = infer_schema(table, d, previous)
         if isinstance(frame, pd.DataFrame):
-            frame.to_parquet(tmp / paths.table.name, index=False)
+            frame.to_parquet(tmp / paths.table.name, index=False, **parquet_options(frame))
         else:
             frame.to_parquet(tmp / paths.table.name)
         shutil.rmtree(spill, ignore_errors=True)

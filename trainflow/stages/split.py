@@ -23,7 +23,7 @@ from trainflow.data import split_stream, stream
 from trainflow.data.schema import ROW_KEY, Schema
 from trainflow.data.split import ASSIGNMENT, TEST_ROWS, Assignment, split_frame
 from trainflow.errors import UserError
-from trainflow.io import atomic_dir, write_json
+from trainflow.io import atomic_dir, parquet_options, write_json
 from trainflow.params import PipelineParams
 from trainflow.paths import SPLITS, Paths
 
@@ -50,7 +50,7 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
         else:
             parts, result = split_frame(paths.read_table(), schema, params.split, params.seed, previous)
             for name, dest in zip(SPLITS, dests, strict=True):
-                parts[name].to_parquet(dest, index=False)
+                parts[name].to_parquet(dest, index=False, **parquet_options(parts[name]))
             sizes = [len(parts[name]) for name in SPLITS]
         write_json(tmp / paths.split_schema.name, schema.to_json())
         if result.assignment is not None:
