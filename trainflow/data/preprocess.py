@@ -120,7 +120,7 @@ class Preprocessor:
         if len(train) == 0:
             raise DataError(f"{where}: the train split has no rows; nothing to fit the preprocessing on")
         columns = [
-            _fit_column(train[name], name, schema.kinds.get(name, "numeric"), f, where) for name in schema.features
+            _fit_column(train, name, schema.kinds.get(name, "numeric"), f, where) for name in schema.features
         ]
         pre = cls(
             target=schema.target,
@@ -507,7 +507,8 @@ def _require(frame: pd.DataFrame, columns: list[str], where: str) -> None:
         raise DataError(f"{where}: required column(s) {missing} are missing (it has {list(frame.columns)[:20]})")
 
 
-def _fit_column(s: pd.Series, name: str, kind: Kind, f: FeatureParams, where: str) -> Column:
+def _fit_column(train: pd.DataFrame, name: str, kind: Kind, f: FeatureParams, where: str) -> Column:
+    s = train[name]  # read here, not by the caller, so that `del s` below lets go of a streamed split's column
     if kind == "categorical":
         counts = _strings(s).value_counts(dropna=True)
         ranked = pd.DataFrame({"value": counts.index.astype(str), "count": counts.to_numpy()})
