@@ -119,9 +119,7 @@ class Preprocessor:
         _require(train, [*schema.features, *text, schema.target], where)
         if len(train) == 0:
             raise DataError(f"{where}: the train split has no rows; nothing to fit the preprocessing on")
-        columns = [
-            _fit_column(train, name, schema.kinds.get(name, "numeric"), f, where) for name in schema.features
-        ]
+        columns = [_fit_column(train, name, schema.kinds.get(name, "numeric"), f, where) for name in schema.features]
         pre = cls(
             target=schema.target,
             task=schema.task,
