@@ -190,19 +190,30 @@ def test_tsv_several_files_and_parquet_sources_stream_to_the_same_table(
     assert_same_ingest(*ingest_both(tmp_path / "pq", monkeypatch, parquet, "data/raw/t.parquet", []))
 
 
-def test_a_stage_takes_arrow_buffers_from_jemalloc_where_pyarrow_has_it(tmp_path: Path) -> None:
-    """stages.arrow_memory: the streamed stages give memory back after each column, which mimalloc makes slow."""
+def test_ingest_takes_arrow_buffers_from_jemalloc_where_pyarrow_has_it_and_gives_the_pool_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """spill.arrow_memory: the spilled ingest gives memory back after each column, which mimalloc makes slow; the
+    other stages keep the pool they had (jemalloc raised streamed train's peak RSS)."""
     try:
         pa.jemalloc_memory_pool()
     except NotImplementedError:
         pytest.skip("this pyarrow has no jemalloc")
+    from trainflow.stages import ingest
+
+    seen = []
+    infer = ingest.infer_schema
+    monkeypatch.setattr(
+        ingest, "infer_schema", lambda *a: seen.append(pa.default_memory_pool().backend_name) or infer(*a)
+    )
     before = pa.default_memory_pool()
     pa.set_memory_pool(pa.mimalloc_memory_pool())
     try:
         root = make_project(tmp_path / "p", {"data.source": "data/raw/t.csv", "data.target": "label"})
         awkward(200).to_csv(root / "data/raw/t.csv")
         run_stage("ingest", load_params(Paths(root).params), Paths(root))
-        assert pa.default_memory_pool().backend_name == "jemalloc"
+        assert seen == ["jemalloc"]
+        assert pa.default_memory_pool().backend_name == "mimalloc"
     finally:
         pa.set_memory_pool(before)
 

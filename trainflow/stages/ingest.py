@@ -12,6 +12,7 @@ import pandas as pd
 from trainflow import why
 from trainflow.data.schema import Schema
 from trainflow.data.sources import RawTable, read_source
+from trainflow.data.spill import arrow_memory
 from trainflow.data.validate import infer_schema, schema_params
 from trainflow.errors import ParamsError
 from trainflow.io import atomic_dir, parquet_options, write_json
@@ -59,7 +60,7 @@ def run(params: PipelineParams, paths: Paths, accept_schema: bool = False) -> di
     if outside := source_outside(d.source, paths.root):  # load_params refuses it; params built otherwise meet it here
         raise ParamsError(str(paths.params), [("data.source", outside)])
     previous = None if accept_schema else previous_schema(paths, d)
-    with atomic_dir(paths.processed) as tmp:
+    with atomic_dir(paths.processed) as tmp, arrow_memory():
         # A source over data.memory_budget_mb is read into a spill in the new directory (removed before it is swapped
         # in; on an error, with it): the old processed data stays as it was until the new one is whole.
         spill = tmp / SPILL
