@@ -122,9 +122,9 @@ class Setup:
     scratch: Path | None = None  # streamed data: its .npy files, as big as the data (`discard` them)
 
     def discard(self) -> None:
-        """Once training is over: let go of the data and remove the streamed data's .npy files (only its batches read
-        them). Streamed, the data held is a few bytes a row (targets, the epoch's order): 0.8 GiB at 42M rows, which
-        stayed held through the export and MLflow's logging, the stage's peak."""
+        """Once training is over: let go of the data, so that the export and MLflow's logging do not hold it too
+        (streamed: a few bytes a row of targets, the epoch's order and positions), and remove the streamed data's .npy
+        files (only its batches read them)."""
         del self.train, self.val
         if self.scratch is not None:
             shutil.rmtree(self.scratch, ignore_errors=True)
