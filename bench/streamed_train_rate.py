@@ -3,6 +3,10 @@ holding it in memory (TensorData), in one process, alternating, on the same batc
 70 -> 256 -> 256 -> 2, AdamW, batch 1024 (issue 26: the streamed path's cost, without the stages around it).
 
     .venv/bin/python bench/streamed_train_rate.py [--rows 1000000] [--batches 400] [--chunk 20] [--threads N]
+        [--shuffle rows|blocks]
+
+`--shuffle`: the disk side's sample order (train.shuffle; blocks, what a streamed table gets by default, reads 64
+consecutive rows at once); the memory side's is always rows (a gather costs the same in any order).
 
 The two sides alternate every `--chunk` batches; it prints the median chunk's samples/s of each and the median ratio
 of adjacent chunks.
@@ -46,6 +50,7 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=400)
     ap.add_argument("--chunk", type=int, default=20, help="batches per chunk (the sides alternate per chunk)")
     ap.add_argument("--threads", type=int, help="torch threads (default: torch's)")
+    ap.add_argument("--shuffle", choices=["rows", "blocks"], default="blocks", help="the disk side's order")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -57,6 +62,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         np.save(Path(tmp) / "x.npy", x)
         disk = MemmapData(np.load(Path(tmp) / "x.npy", mmap_mode="r"), y)
+        disk.shuffle = args.shuffle
         memory = TensorData(torch.from_numpy(x), torch.from_numpy(y))
         # Interleaved in chunks of `--chunk` batches (memory, disk, memory, disk, ...), each side walking its own
         # epoch order forward (so the disk side's read-ahead predicts every batch, as in training): this machine's
@@ -70,7 +76,8 @@ def main() -> None:
     per_chunk = args.chunk * BATCH
     m, d = per_chunk / statistics.median(seconds["memory"]), per_chunk / statistics.median(seconds["disk"])
     ratio = statistics.median(t_m / t_d for t_m, t_d in zip(seconds["memory"], seconds["disk"]))
-    print(f"torch threads {torch.get_num_threads()}: in memory {m:,.0f} samples/s, from disk {d:,.0f}, "
+    print(f"torch threads {torch.get_num_threads()}, disk order {args.shuffle}: in memory {m:,.0f} samples/s, "
+          f"from disk {d:,.0f}, "
           f"ratio {ratio:.2f} (median of {len(seconds['disk'])} adjacent chunks of {args.chunk} batches)")  # fmt: skip
 
 

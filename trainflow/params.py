@@ -402,6 +402,15 @@ class TrainParams(Section):
         "forward/backward passes; CUDA: the probe's measured peak, within the GPU's memory anyway). null = no limit "
         "on CPU (the whole global batch at once), the GPU's memory on CUDA.",
     )
+    shuffle: Literal["auto", "rows", "blocks"] = Field(
+        "auto",
+        description="Each epoch's sample order, a function of (seed, epoch) alone either way, the same for any batch "
+        "size, accumulation or number of processes. rows: a random permutation of the rows. blocks (tables): "
+        "blocks of 64 consecutive rows in a random order, the rows of each 16 blocks mixed; a table streamed "
+        "from disk is then read 64 rows at a time, not one. auto: blocks for a table streamed from disk "
+        "(data.memory_budget_mb), rows otherwise. Set blocks to train on the same order whether or not the data "
+        "is streamed.",
+    )
     optimizer: Literal["adamw", "sgd"] = Field(
         "adamw", description="adamw, or sgd with momentum; weight decay never applies to biases and norm weights."
     )

@@ -128,7 +128,8 @@ def run_recording(
     """`memmap`: the train split as the streamed path holds it (data.memory_budget_mb exceeded): True, a table in .npy
     files that every rank memory-maps whole, as trainflow.data.stream writes them; "images", 203 images whose bytes
     lie back to back in one file, read by offset (RecordFile) and decoded in the background, as the train stage's
-    `streamed_images` holds them (raw pixels here: what decoding makes of PNGs is not what this test is about)."""
+    `streamed_images` holds them (raw pixels here: what decoding makes of PNGs is not what this test is about);
+    "blocks", the .npy table in train.shuffle blocks' order (what a streamed table trains on by default)."""
     rank = group.rank if group is not None else 0
     files = Path(tmp).parent / f"streamed-rank{rank}"
     files.mkdir(parents=True, exist_ok=True)
@@ -159,6 +160,7 @@ def run_recording(
             np.save(files / "x.npy", tensors.x.numpy())
             np.save(files / "y.npy", tensors.y.numpy())
             train = MemmapData(np.load(files / "x.npy", mmap_mode="r"), np.load(files / "y.npy", mmap_mode="r"))
+            train.shuffle = "blocks" if memmap == "blocks" else "rows"
     seen: list[tuple[int, int]] = []
     batch = train.batch
 

@@ -18,7 +18,7 @@ from engine_kit import make_trainer
 
 from trainflow.engine import distributed
 from trainflow.engine.checkpoint import Checkpoint, CheckpointStore, load_checkpoint
-from trainflow.engine.data import epoch_order
+from trainflow.engine.data import block_order, epoch_order
 from trainflow.errors import ParamsError
 
 # Windows of batch_size x accumulate 2 x 2 ranks; the last one of each epoch partial. Table: 203 rows in windows of 32,
@@ -230,8 +230,8 @@ def epochs_of(pairs: list[tuple[int, int]]) -> dict[int, Counter[int]]:
 @pytest.mark.slow  # a launch of two ranks per case: ~7 s each
 @pytest.mark.parametrize(
     ("before", "after", "memmap"),
-    [(2, 1, False), (1, 2, False), (2, 1, True), (2, 1, "images")],
-    ids=["2-1", "1-2", "2-1-streamed", "2-1-streamed-images"],
+    [(2, 1, False), (1, 2, False), (2, 1, True), (2, 1, "blocks"), (2, 1, "images")],
+    ids=["2-1", "1-2", "2-1-streamed", "2-1-streamed-blocks", "2-1-streamed-images"],
 )
 def test_resume_on_another_number_of_processes_keeps_every_epochs_samples(
     tmp_path: Path, before: int, after: int, memmap: bool | str
@@ -253,7 +253,8 @@ def test_resume_on_another_number_of_processes_keeps_every_epochs_samples(
     assert sorted(per_epoch) == [0, 1, 2, 3]
     for epoch, counts in per_epoch.items():
         assert counts == Counter(range(203)), f"epoch {epoch}: repeated {[i for i, c in counts.items() if c > 1]}"
-        position = {i: k for k, i in enumerate(epoch_order(203, 7, epoch).tolist())}
+        order = (block_order if memmap == "blocks" else epoch_order)(203, 7, epoch)
+        position = {i: k for k, i in enumerate(order.tolist())}
         for run in runs:  # each process walks the epoch's own order forward
             mine = [position[i] for e, i in run if e == epoch]
             assert mine == sorted(mine)

@@ -18,6 +18,7 @@ from trainflow.engine.data import (
     TensorData,
     TextData,
     _to,
+    block_order,
     epoch_order,
 )
 
@@ -35,6 +36,29 @@ def same(a: torch.Tensor, b: torch.Tensor) -> bool:
 def test_epoch_order_is_randperm_of_a_generator_seeded_seed_times_1000003_plus_epoch(seed: int, epoch: int) -> None:
     expected = torch.randperm(9, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
     assert same(epoch_order(9, seed, epoch), expected)
+
+
+@pytest.mark.parametrize(("n", "seed", "epoch"), [(3000, 0, 0), (3000, 7, 2), (2048, 1, 1), (50, 3, 0), (0, 0, 0)])
+def test_block_order_mixes_the_rows_of_each_16_blocks_of_64_in_the_randperm_order_of_the_blocks(
+    n: int, seed: int, epoch: int
+) -> None:
+    """train.shuffle blocks, from its definition: the blocks (64 rows; the last one shorter) in the order of randperm
+    from the (seed, epoch) generator, each run of 16 of them filling consecutive positions, their rows mixed."""
+    order = block_order(n, seed, epoch)
+    assert order.dtype == torch.int64 and sorted(order.tolist()) == list(range(n))
+    assert torch.equal(order, block_order(n, seed, epoch))
+    blocks = torch.randperm(-(-n // 64), generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch)).tolist()
+    at = 0
+    for first in range(0, len(blocks), 16):
+        rows = {r for b in blocks[first : first + 16] for r in range(64 * b, min(n, 64 * b + 64))}
+        got = order[at : at + len(rows)].tolist()
+        assert set(got) == rows
+        if len(rows) == 1024:  # mixed: not the blocks one after another
+            assert [r // 64 for r in got[:64]] != [got[0] // 64] * 64
+        at += len(rows)
+    assert at == n
+    if n:
+        assert not torch.equal(order, block_order(n, seed, epoch + 1))
 
 
 # --- tables ------------------------------------------------------------------------------------------------------
@@ -94,6 +118,34 @@ def test_rows_are_read_from_the_file_at_the_views_own_offset_and_a_truncated_fil
     with pytest.raises(ValueError) as exc:
         rows.take(np.array([6]))
     assert str(exc.value) == f"{tmp_path / 'x.npy'} is shorter than its header says: was it truncated?"
+
+
+def test_rows_are_read_with_one_pread_per_run_of_consecutive_rows(tmp_path, monkeypatch) -> None:
+    import trainflow.engine.data as data
+
+    x = np.arange(60, dtype=np.float32).reshape(20, 3)
+    np.save(tmp_path / "x.npy", x)
+    rows = RowFile(np.load(tmp_path / "x.npy", mmap_mode="r"))
+    reads: list[tuple[int, int]] = []
+    pread = data.os.pread
+
+    def counted(fd: int, size: int, offset: int) -> bytes:
+        reads.append((size, offset))
+        return pread(fd, size, offset)
+
+    monkeypatch.setattr(data.os, "pread", counted)
+    idx = np.array([6, 7, 5, 1, 2, 19, 6, 0])  # runs 0-2, 5-6, 6-7 (6 twice), 19
+    got = rows.take(idx)
+    assert got.flags.writeable and np.array_equal(got, x[idx])
+    row = 3 * 4
+    assert [size // row for size, _ in reads] == [3, 2, 2, 1]
+    assert rows.take(np.array([], dtype=np.int64)).shape == (0, 3) and len(reads) == 4
+    reads.clear()
+    data_ = MemmapData(np.load(tmp_path / "x.npy", mmap_mode="r"), np.zeros(20, np.int64))
+    data_.shuffle = "blocks"
+    order = data_.epoch_order(3, 1)
+    assert order.tolist() == block_order(20, 3, 1).tolist()
+    assert same(data_.batch(order[:8]).inputs["x"], torch.from_numpy(x[order[:8].numpy()]))
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the process's RSS from /proc")

@@ -97,14 +97,18 @@ def test_the_column_by_column_fit_and_the_streamed_matrix_are_the_in_memory_ones
 def test_a_streamed_train_stage_trains_the_in_memory_weights_and_resumes_to_them(
     project: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """train.shuffle auto is blocks for a streamed table: held in memory with blocks set, the same weights; and
+    streamed with rows set, the weights of the in-memory default (rows)."""
     paths = Paths(project)
-    in_memory = train(project)
-    assert "train: data held in memory" in capsys.readouterr().err
+    in_memory = train(project, "train.shuffle=blocks")
+    err = capsys.readouterr().err
+    assert "train: data held in memory" in err and "sample order: blocks" in err
     exported = {p.name: digest(p) for p in paths.final.iterdir()}
     shutil.rmtree(paths.checkpoints)  # train afresh, streamed
 
-    streamed = train(project, "data.memory_budget_mb=0.001")
-    assert "train: data streamed from disk (train + val:" in capsys.readouterr().err
+    streamed = train(project, "data.memory_budget_mb=0.001", "train.shuffle=auto")
+    err = capsys.readouterr().err
+    assert "train: data streamed from disk (train + val:" in err and "sample order: blocks" in err
     assert streamed == in_memory
     assert {p.name: digest(p) for p in paths.final.iterdir()} == exported  # preprocess.json, training.json too
     assert not (paths.checkpoints.parent / ".streamed").exists() or not any(
@@ -120,6 +124,33 @@ def test_a_streamed_train_stage_trains_the_in_memory_weights_and_resumes_to_them
     assert train(project) == in_memory
     assert "resumed from" in capsys.readouterr().err
 
+    # auto held in memory is rows: the blocks run's checkpoints beside it are not resumed (the order resolved is in
+    # the fingerprint), and a streamed run with rows set trains its weights
+    in_memory_rows = train(project, "data.memory_budget_mb=null")
+    err = capsys.readouterr().err
+    assert "train: data held in memory" in err and "sample order: rows" in err and "resumed from" not in err
+    assert in_memory_rows != in_memory
+    shutil.rmtree(paths.checkpoints)
+    assert train(project, "data.memory_budget_mb=0.001", "train.shuffle=rows") == in_memory_rows
+    assert "sample order: rows" in capsys.readouterr().err
+
+
+def test_train_shuffle_blocks_is_for_tables_and_auto_the_fix_it_suggests_resolves_to_rows() -> None:
+    from trainflow.errors import ParamsError
+    from trainflow.stages.train import sample_order
+
+    text = Schema(source="t", target="y", task="regression", features=[], kinds={}, classes=[], n_rows=3,
+                  text_column="review")  # fmt: skip
+    with pytest.raises(ParamsError) as exc:
+        sample_order("blocks", text, streamed=False)
+    assert "train.shuffle" in str(exc.value) and "blocks orders the rows of a table, not text" in str(exc.value)
+    assert "set it to auto or rows" in str(exc.value)
+    assert [sample_order(s, text, streamed) for s in ("auto", "rows") for streamed in (False, True)] == ["rows"] * 4
+    table = Schema(source="t", target="y", task="regression", features=["x"], kinds={"x": "numeric"}, classes=[],
+                   n_rows=3)  # fmt: skip
+    assert [sample_order("auto", table, streamed) for streamed in (False, True)] == ["rows", "blocks"]
+    assert [sample_order(s, table, True) for s in ("rows", "blocks")] == ["rows", "blocks"]
+
 
 def test_a_streamed_training_sigkilled_mid_epoch_resumes_to_the_uninterrupted_weights(project: Path) -> None:
     """`trainflow stage train` streamed (a tiny data.memory_budget_mb), SIGKILLed in the middle of an epoch, inside
@@ -132,10 +163,10 @@ def test_a_streamed_training_sigkilled_mid_epoch_resumes_to_the_uninterrupted_we
     import sys
 
     paths = Paths(project)
-    in_memory = train(project)
+    in_memory = train(project, "train.shuffle=blocks")  # streamed, auto is blocks
     shutil.rmtree(paths.checkpoints)
     shutil.rmtree(paths.final)
-    write_overrides(paths.params, ["data.memory_budget_mb=0.001"])
+    write_overrides(paths.params, ["data.memory_budget_mb=0.001", "train.shuffle=auto"])
     trainflow = Path(sys.executable).parent / "trainflow"
     env = {**os.environ, "TRAINFLOW_FAILPOINT": failpoint, "OMP_NUM_THREADS": "1"}
     killed = subprocess.run([str(trainflow), "stage", "train"], cwd=project, env=env, capture_output=True, text=True)

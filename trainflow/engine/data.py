@@ -56,6 +56,37 @@ def epoch_order(n: int, seed: int, epoch: int) -> torch.Tensor:
     return torch.randperm(n, generator=g)
 
 
+BLOCK = 64  # train.shuffle blocks: rows read together (one `pread` for a table read from disk)
+MIX = 16  # ... and blocks whose rows are mixed: a micro-batch smaller than BLOCK * MIX still draws on MIX blocks
+_GROUPS = 1024  # groups of MIX blocks mixed per step (bounded temporaries, a few MiB)
+
+
+def block_order(n: int, seed: int, epoch: int) -> torch.Tensor:
+    """train.shuffle blocks: the rows cut into blocks of BLOCK consecutive rows (the last one shorter), the blocks in a
+    random order (randperm), then the rows of each MIX consecutive blocks of that order in a random order among
+    themselves. A window of the order is then a few runs of consecutive rows, read with one `pread` each
+    (RowFile.take), where a permutation of the rows needs one per row. Like epoch_order, a function of (n, seed, epoch)
+    only: the same for any batch size, accumulation or world size."""
+    g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    blocks = torch.randperm(-(-n // BLOCK), generator=g)
+    order = torch.empty(n, dtype=torch.int64)
+    lo = 0
+    for first in range(0, len(blocks), MIX * _GROUPS):
+        some = blocks[first : first + MIX * _GROUPS]
+        rows = (some[:, None] * BLOCK + torch.arange(BLOCK)).flatten()
+        group = (torch.arange(len(some)) // MIX).repeat_interleave(BLOCK).double()
+        if n % BLOCK:  # the last block is short
+            group, rows = group[rows < n], rows[rows < n]
+        # within a group, the order of uniform draws: the group plus a draw in [0, 1) sorts groups apart
+        mixed = torch.argsort(group + torch.rand(len(rows), generator=g, dtype=torch.float64), stable=True)
+        order[lo : lo + len(rows)] = rows[mixed]
+        lo += len(rows)
+    return order
+
+
+SHUFFLES = {"rows": epoch_order, "blocks": block_order}
+
+
 BUCKET = 1024  # text: samples sorted by length together (a fixed count, so the order never depends on batch size)
 
 
@@ -68,9 +99,13 @@ class TensorData:
         self.device = self.index_device = torch.device(device)
         self.x = x.to(self.device)
         self.y = y.to(self.device)
+        self.shuffle = "rows"  # train.shuffle: the epoch order's kind (SHUFFLES)
 
     def __len__(self) -> int:
         return len(self.y)
+
+    def epoch_order(self, seed: int, epoch: int) -> torch.Tensor:
+        return SHUFFLES[self.shuffle](len(self), seed, epoch)
 
     def batch(self, idx: torch.Tensor) -> Batch:
         return Batch({"x": self.x[idx]}, self.y[idx], count=len(idx))
@@ -117,10 +152,21 @@ class RowFile:
         if self.fd is None:
             return np.asarray(self.array[i])  # fancy indexing copies
         n, stride = len(i), self.stride
-        raw = b"".join(map(os.pread, repeat(self.fd, n), repeat(stride, n), (self.start + i * stride).tolist()))
-        if len(raw) != stride * len(i):
+        if n == 0:
+            return np.empty((0, *self.shape), self.dtype)
+        # One read per run of consecutive rows (train.shuffle blocks makes runs of BLOCK; a full permutation, few).
+        order = np.argsort(i, kind="stable")
+        ordered = np.asarray(i)[order]
+        cut = np.flatnonzero(np.diff(ordered) != 1) + 1
+        first = ordered[np.concatenate([[0], cut])]
+        count = np.diff(np.concatenate([[0], cut, [n]]))
+        offsets = (self.start + first * stride).tolist()
+        raw = b"".join(map(os.pread, repeat(self.fd), (count * stride).tolist(), offsets))
+        if len(raw) != stride * n:
             raise ValueError(f"{self.filename} is shorter than its header says: was it truncated?")
-        return np.frombuffer(raw, self.dtype).reshape(len(i), *self.shape).copy()
+        rows = np.empty((n, *self.shape), self.dtype)
+        rows[order] = np.frombuffer(raw, self.dtype).reshape(n, *self.shape)
+        return rows
 
     def __del__(self) -> None:
         if self.fd is not None:
@@ -228,13 +274,14 @@ class MemmapData:
         self.device = torch.device(device)
         self.index_device = torch.device("cpu")  # the rows are read on the host
         self.ahead = Lookahead(len(y), lambda idx, _: self._rows(idx), "rows")
+        self.shuffle = "rows"  # train.shuffle; blocks makes a read of 64 rows where rows makes 64 reads
 
     def __len__(self) -> int:
         return len(self.y)
 
     def epoch_order(self, seed: int, epoch: int) -> torch.Tensor:
-        """epoch_order(n, seed, epoch), which the next batch is predicted from."""
-        order = epoch_order(len(self), seed, epoch)
+        """The epoch's order (SHUFFLES[shuffle]), which the next batch is predicted from."""
+        order = SHUFFLES[self.shuffle](len(self), seed, epoch)
         self.ahead.order(order)
         return order
 

@@ -163,8 +163,9 @@ def _setup(
     schema = Schema.read(paths.split_schema)
     files = {s: paths.split_file(s) for s in ("train", "val")}
     held = stream.choose(list(files.values()), params.data, text=schema.text_column is not None)
+    shuffle = sample_order(params.train.shuffle, schema, held.streamed)
     if group.is_main:
-        print(f"train: data {held.why}", file=sys.stderr)
+        print(f"train: data {held.why}; sample order: {shuffle}", file=sys.stderr)
     # Streamed: the frames are read a column (images: a block of rows) at a time (the fit, the class weights), then a
     # block of rows at a time into files that batches read their rows from; in memory: whole, as DataFrames.
     frames = {s: stream.ParquetColumns(f) if held.streamed else paths.read_split(s) for s, f in files.items()}
@@ -180,6 +181,8 @@ def _setup(
         train, val = (MemmapData(*stream.write_matrix(pre, f, scratch / s, str(f))) for s, f in files.items())
     else:
         train, val = (model_inputs(pre, f, str(files[s]), with_labels=True) for s, f in frames.items())
+    if isinstance(train, TensorData | MemmapData):
+        train.shuffle = shuffle
     if isinstance(train, ImageData):  # the train split alone is augmented: val is scored as evaluate scores test
         train.augment = Augment(**params.features.augment.model_dump())
     for data in (train, val):
@@ -217,13 +220,33 @@ def _setup(
         precision=precision,
         objective=task,
         checkpoint_dir=checkpoint_dir,
-        fingerprint=fingerprint(params, dhash, paths.root),
+        # the order as resolved: auto resumes only where it resolves the same (a changed data.memory_budget_mb may not)
+        fingerprint=fingerprint(with_train(params, shuffle=shuffle), dhash, paths.root),
         logger=logger,
         group=group,
     )
     val_head = stream.head(files["val"], 5)
     kept = scratch if held.streamed else None
     return Setup(trainer, train, val, pre, schema, config, source, precision, dhash, val_head, choice, kept)
+
+
+def sample_order(shuffle: str, schema: Schema, streamed: bool) -> str:
+    """train.shuffle resolved: auto is blocks for a table streamed from disk (a read per 64 rows, not per row), rows
+    otherwise. Text (length buckets) and images (a read per image anyway) keep rows."""
+    table = schema.text_column is None and schema.image_column is None
+    if shuffle == "blocks" and not table:
+        what = "text" if schema.text_column else "images"
+        raise ParamsError(
+            "params.yaml",
+            [("train.shuffle", f"blocks orders the rows of a table, not {what}: set it to auto or rows")],
+        )
+    if shuffle == "auto":
+        return "blocks" if table and streamed else "rows"
+    return shuffle
+
+
+def with_train(params: PipelineParams, **changes: Any) -> PipelineParams:
+    return params.model_copy(update={"train": params.train.model_copy(update=changes)})
 
 
 def streamed_images(pre: Preprocessor, path: Path, dest: Path, where: str) -> ImageData:
