@@ -10,6 +10,7 @@ import json
 import math
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -904,6 +905,43 @@ def test_spilled_columns_come_back_typed_whole_by_rows_or_as_a_filtered_table(
     assert store.write_table(tmp_path / "none.parquet", ["x"], np.zeros(5, bool)) == 0
     again = spill.ColumnSpill(tmp_path / "typed")  # a folder that is there already (a rerun's spill)
     assert again.names == [] and again.folder == tmp_path / "typed"
+
+
+def test_a_column_is_put_a_batch_at_a_time_as_pyarrow_converts_it_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ColumnSpill.put converts a batch of rows at a time (never the whole column's Arrow copy), to the Arrow type and
+    pandas metadata pyarrow gives the whole column, also when the first batch holds no value; objects that are not all
+    strings or bytes are converted whole (ints and a float: double, where a batch of ints would be int64)."""
+    store = spill.ColumnSpill(tmp_path / "typed", batch_rows=2)
+    converted: list[int] = []
+    to_frame = pd.Series.to_frame
+
+    def counted(self: pd.Series, *args: Any, **kwargs: Any) -> pd.DataFrame:
+        converted.append(len(self))
+        return to_frame(self, *args, **kwargs)
+
+    monkeypatch.setattr(pd.Series, "to_frame", counted)
+    cases = {
+        "late": pd.Series([None, None, None, "a", None, "b"], dtype=object),  # the first batch: no value
+        "none": pd.Series([None, None, None], dtype=object),
+        "x": pd.Series([1.5, np.nan, 3.0, 4.0, 5.0]),
+        "flag": pd.Series(pd.array([None, True, False], dtype="boolean")),
+        "mixed": pd.Series([1, None, 2.5, 3], dtype=object),  # ints and a float: double, as converted whole
+        "bytes": pd.Series([None, None, b"\x01", b""], dtype=object),
+    }
+    for name, values in cases.items():
+        converted.clear()
+        store.put(name, values)
+        whole = pa.Table.from_pandas(to_frame(values, name), preserve_index=False)  # pyarrow's, independently
+        with pa.OSFile(str(store._path(name)), "rb") as source:
+            stored = pa.ipc.open_file(source).read_all()
+        assert stored.schema.equals(whole.schema, check_metadata=True), name
+        assert stored.equals(whole) and stored.column(0).num_chunks == -(-len(values) // 2), name
+        if name in ("mixed", "none"):
+            assert converted == [len(values)]  # whole: the type is all the values'
+        else:
+            assert max(converted) <= 2, name
 
 
 def test_a_raw_table_converts_dates_to_timestamps_and_single_columns_are_read_from_either_format(

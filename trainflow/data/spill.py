@@ -27,6 +27,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.feather as feather
 import pyarrow.parquet as pq
+from pandas.api.types import infer_dtype, is_object_dtype
 from pandas.core.util.hashing import combine_hash_arrays
 
 from trainflow.errors import DataError
@@ -177,20 +178,32 @@ class ColumnSpill:
         return self.folder / f"{self.names.index(name)}.arrow"
 
     def put(self, name: str, values: Any) -> None:
+        """Store a whole column, converted to Arrow a batch of rows at a time where its Arrow type is certain: its
+        dtype's, or, for Python objects, strings' or bytes' when every value is one (the whole column's Arrow copy
+        would be as big as it: for 60M strings, 0.5 GiB more at ingest's peak). Objects of other or mixed types (ints
+        and floats from JSON) are converted whole, as pyarrow infers their type from all of them: converting a batch
+        to the type of another batch's values can change them (2.5 cast to an int64 is 2, silently)."""
         series = values if isinstance(values, pd.Series) else pd.Series(values, copy=False)
-        self.put_chunks(name, [series])
+        objects = is_object_dtype(series.dtype)
+        if objects and infer_dtype(series, skipna=True) not in ("string", "bytes"):
+            self.put_chunks(name, [series])
+            return
+        first = int(series.notna().to_numpy().argmax()) if objects else 0  # a value, not a missing one: its type
+        schema = pa.Table.from_pandas(series.iloc[first : first + 1].to_frame(name), preserve_index=False).schema
+        batches = (series.iloc[lo : lo + self.batch_rows] for lo in range(0, max(1, len(series)), self.batch_rows))
+        self.put_chunks(name, batches, schema)
 
-    def put_chunks(self, name: str, chunks: Iterable[pd.Series]) -> None:
+    def put_chunks(self, name: str, chunks: Iterable[pd.Series], schema: pa.Schema | None = None) -> None:
         """The column given as consecutive pieces (a column of images a spilled chunk at a time): stored as `put`
-        stores the whole column, converted as the first piece is (pieces are cast to its types)."""
+        stores the whole column, converted to `schema`, by default the first piece's (pieces are cast to its
+        types)."""
         if name not in self.names:
             self.names.append(name)
         with contextlib.ExitStack() as files:
             writer: pa.ipc.RecordBatchFileWriter | None = None
-            schema: pa.Schema | None = None
             pending: list[pa.Table] = []
             for series in chunks:
-                table = pa.Table.from_pandas(series.to_frame(name), preserve_index=False)
+                table = pa.Table.from_pandas(series.to_frame(name), schema=schema, preserve_index=False)
                 if writer is None or schema is None:
                     schema = table.schema
                     sink = files.enter_context(pa.OSFile(str(self._path(name)), "wb"))
