@@ -258,12 +258,12 @@ class Lookahead:
 class MemmapData:
     """A table larger than the memory budget: `x` [N, F] float32 and `y` [N] in .npy files on the host (np.load with
     mmap_mode="r"; trainflow.data.stream writes them). A batch is the rows `idx` of x read from its file (`RowFile`:
-    a `pread` per row, never more than the batch held) and their targets (held in memory: 4 or 8 bytes a row),
-    copied to the device: the same rows in the same order as TensorData gathers, so the same updates bit for bit. A
-    background thread reads the next batch while this one trains (`Lookahead`). The sample order stays the engine's
-    (one permutation per (seed, epoch)), so exact accumulation and resume across world sizes hold unchanged; the
-    price is a random read per sample, from the page cache or, once the file is bigger than it, from the disk
-    (bench/random_access.py)."""
+    a `pread` per run of consecutive rows, never more than the batch held) and their targets (held in memory: 4 or 8
+    bytes a row), copied to the device: the same rows in the same order as TensorData gathers, so the same updates
+    bit for bit. A background thread reads the next batch while this one trains (`Lookahead`). The sample order is a
+    function of (seed, epoch) as the engine's (`shuffle`: rows, a permutation of the rows, or blocks, `block_order`),
+    so exact accumulation and resume across world sizes hold unchanged. With rows the price is a random read per
+    sample (bench/random_access.py); with blocks, a read per 64 rows."""
 
     def __init__(self, x: np.ndarray, y: np.ndarray, device: torch.device | str = "cpu") -> None:
         if len(x) != len(y):
