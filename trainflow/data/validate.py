@@ -667,7 +667,7 @@ def _strings(table: Table, d: DataParams, name: str, s: pd.Series) -> _Column:
     # categorical: distinct values that print the same (1 and "1" in JSON) are one category
     index, categories = pd.factorize(text)
     if len(categories) < len(raw):
-        codes = _per_row(index, -1, codes)
+        codes = _per_row(index.astype(codes.dtype), -1, codes)  # int32 where the codes are
     return _Column(name, "categorical", _per_row(categories, None, codes), distinct=len(categories))
 
 
@@ -846,7 +846,7 @@ def _target(table: Table, d: DataParams, label: Any, previous: Schema | None) ->
         is_int = numeric and isinstance(dtype, np.dtype) and dtype.kind in "iu"
         labels = np.array([str(v) for v in raw] if is_int else [_num_label(v) for v in per_value], dtype=object)
     label_codes, label_uniques = pd.factorize(labels)  # distinct values that print the same are one class
-    codes = _per_row(label_codes, -1, codes)
+    codes = _per_row(label_codes.astype(codes.dtype), -1, codes)  # int32 where the codes are: 4 bytes a row
     values = _per_row(label_uniques, None, codes)
     target = _Target("classification", values, codes=codes, labels=[str(v) for v in label_uniques], reason=reason,
                      missing=missing_target)  # fmt: skip
