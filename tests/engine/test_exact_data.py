@@ -148,6 +148,34 @@ def test_rows_are_read_with_one_pread_per_run_of_consecutive_rows(tmp_path, monk
     assert same(data_.batch(order[:8]).inputs["x"], torch.from_numpy(x[order[:8].numpy()]))
 
 
+@pytest.mark.parametrize("micro", [64, 1000, 1024])
+def test_an_epoch_in_blocks_order_reads_each_block_once_whatever_the_micro_batch(tmp_path, monkeypatch, micro) -> None:
+    """train.shuffle blocks: micro-batches smaller than a group of 16 blocks of 64 rows still read whole blocks, each
+    once an epoch (kept for the group's next micro-batches), and get the rows asked for (numpy's own indexing)."""
+    import trainflow.engine.data as data
+
+    n = 4096 + 40  # 64 blocks and a short one
+    x = np.random.default_rng(0).standard_normal((n, 3), dtype=np.float32)
+    np.save(tmp_path / "x.npy", x)
+    read: list[int] = []
+    pread = data.os.pread
+
+    def counted(fd: int, size: int, offset: int) -> bytes:
+        read.append(size // 12)
+        return pread(fd, size, offset)
+
+    monkeypatch.setattr(data.os, "pread", counted)
+    table = MemmapData(np.load(tmp_path / "x.npy", mmap_mode="r"), np.arange(n))
+    table.shuffle = "blocks"
+    order = table.epoch_order(5, 0)
+    for lo in range(0, n, micro):
+        idx = order[lo : lo + micro]
+        b = table.batch(idx)
+        assert same(b.inputs["x"], torch.from_numpy(x[idx.numpy()])) and same(b.target, idx)
+    assert sum(read) == n and len(read) <= 65  # every row read once, a read per block at most
+    assert len(table.blocks.blocks) <= 32
+
+
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the process's RSS from /proc")
 def test_reading_every_row_of_a_memory_mapped_table_keeps_its_pages_out_of_the_process(tmp_path) -> None:
     """The guarantee behind a streamed training's bounded memory: gathering through the memory map would map the

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import mmap
 import os
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -173,6 +175,44 @@ class RowFile:
             os.close(self.fd)
 
 
+class BlockCache:
+    """Reads for train.shuffle blocks: the whole blocks (BLOCK consecutive rows) a batch's rows lie in, each run of
+    blocks with one `pread`, kept for the next micro-batches (the last 2 * MIX blocks read). The rows of one group of
+    MIX blocks are spread over the micro-batches of its BLOCK * MIX positions, so a micro-batch smaller than that
+    still costs about a read per block, not a read per row. Thread-safe (the next batch is read in the background
+    while the trainer may ask for another on the spot)."""
+
+    def __init__(self, rows: RowFile, keep: int = 2 * MIX) -> None:
+        self.rows, self.keep = rows, keep
+        self.blocks: OrderedDict[int, np.ndarray] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def take(self, i: np.ndarray) -> np.ndarray:
+        """Rows `i` (in that order), a new writable array: RowFile.take's."""
+        if len(i) == 0:
+            return self.rows.take(np.asarray(i))
+        block = np.asarray(i) // BLOCK
+        with self.lock:
+            wanted = np.unique(block)
+            missing = [b for b in wanted.tolist() if b not in self.blocks]
+            if missing:
+                first = np.asarray(missing, dtype=np.int64)[:, None] * BLOCK
+                rows = (first + np.arange(BLOCK)).ravel()
+                read = self.rows.take(rows[rows < len(self.rows)])
+                lo = 0
+                for b in missing:
+                    size = min(BLOCK, len(self.rows) - b * BLOCK)
+                    self.blocks[b] = read[lo : lo + size]
+                    lo += size
+            held = [self.blocks[b] for b in wanted.tolist()]
+            for b in wanted.tolist():
+                self.blocks.move_to_end(b)
+            while len(self.blocks) > max(self.keep, len(wanted)):
+                self.blocks.popitem(last=False)
+        start = np.concatenate([[0], np.cumsum([len(h) for h in held])])[:-1]
+        return np.concatenate(held)[start[np.searchsorted(wanted, block)] + np.asarray(i) % BLOCK]
+
+
 class RecordFile:
     """Records of any length stored back to back in one file (images' encoded bytes), record i at bytes
     offsets[i]:offsets[i + 1]; read by `pread`, one call per record, so the process holds just the records asked
@@ -263,7 +303,7 @@ class MemmapData:
     bit for bit. A background thread reads the next batch while this one trains (`Lookahead`). The sample order is a
     function of (seed, epoch) as the engine's (`shuffle`: rows, a permutation of the rows, or blocks, `block_order`),
     so exact accumulation and resume across world sizes hold unchanged. With rows the price is a random read per
-    sample (bench/random_access.py); with blocks, a read per 64 rows."""
+    sample (bench/random_access.py); with blocks, a read per 64 rows (`BlockCache`, for any micro-batch size)."""
 
     def __init__(self, x: np.ndarray, y: np.ndarray, device: torch.device | str = "cpu") -> None:
         if len(x) != len(y):
@@ -274,7 +314,8 @@ class MemmapData:
         self.device = torch.device(device)
         self.index_device = torch.device("cpu")  # the rows are read on the host
         self.ahead = Lookahead(len(y), lambda idx, _: self._rows(idx), "rows")
-        self.shuffle = "rows"  # train.shuffle; blocks makes a read of 64 rows where rows makes 64 reads
+        self.shuffle = "rows"  # train.shuffle; blocks reads whole blocks of 64 rows (BlockCache), rows a row a read
+        self.blocks = BlockCache(self.x)
 
     def __len__(self) -> int:
         return len(self.y)
@@ -287,7 +328,8 @@ class MemmapData:
 
     def _rows(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         i = idx.numpy()
-        return torch.from_numpy(self.x.take(i)), torch.from_numpy(self.y[i])
+        x = self.blocks.take(i) if self.shuffle == "blocks" else self.x.take(i)
+        return torch.from_numpy(x), torch.from_numpy(self.y[i])
 
     def batch(self, idx: torch.Tensor) -> Batch:
         x, y = self.ahead.get(idx.cpu(), 0)
