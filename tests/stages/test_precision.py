@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from conftest import make_project
 
 from trainflow.io import read_json
@@ -20,6 +21,7 @@ def accuracy(root: Path) -> tuple[float, str]:
     return read_json(paths.metrics)["accuracy"], read_json(paths.final / "training.json")["precision"]
 
 
+@pytest.mark.slow  # three trainings, 18 s: in the slow tier, for README line 2's 10 minutes
 def test_bf16_and_fp16_on_cpu_are_within_one_point_of_fp32(tmp_path: Path) -> None:
     runs = {
         name: accuracy(make_project(tmp_path / name, {"train.precision": name, "train.progress": "false"}))
