@@ -37,7 +37,7 @@ from trainflow.export import auto_model, export, model_config
 from trainflow.fingerprint import data_hash, fingerprint
 from trainflow.io import write_json
 from trainflow.models import build_model, hf, user_source
-from trainflow.params import PipelineParams
+from trainflow.params import PipelineParams, with_values
 from trainflow.paths import SPLITS, Paths
 from trainflow.predict import model_inputs
 
@@ -221,7 +221,7 @@ def _setup(
         objective=task,
         checkpoint_dir=checkpoint_dir,
         # the order as resolved: auto resumes only where it resolves the same (a changed data.memory_budget_mb may not)
-        fingerprint=fingerprint(with_train(params, shuffle=shuffle), dhash, paths.root),
+        fingerprint=fingerprint(with_values(params, {"train.shuffle": shuffle}, "train.shuffle"), dhash, paths.root),
         logger=logger,
         group=group,
     )
@@ -243,10 +243,6 @@ def sample_order(shuffle: str, schema: Schema, streamed: bool) -> str:
     if shuffle == "auto":
         return "blocks" if table and streamed else "rows"
     return shuffle
-
-
-def with_train(params: PipelineParams, **changes: Any) -> PipelineParams:
-    return params.model_copy(update={"train": params.train.model_copy(update=changes)})
 
 
 def streamed_images(pre: Preprocessor, path: Path, dest: Path, where: str) -> ImageData:
