@@ -25,19 +25,25 @@ CODE_PATHS = ("trainflow", ":(glob)*.py")
 LISTED = 20
 
 
-def data_files(files: list[str], rows: list[int], paths: list[Path], group_by_folder: bool) -> dict[str, Any]:
-    """Per source file (shown as the user names it): its rows (`rows`, per file) and the sha256 of its bytes. An
-    image folder has a file per row: it is summarised per class folder (rows = images, the hash over the folder's
-    files)."""
+def data_files(
+    files: list[str], rows: list[int], paths: list[Path], group_by_folder: bool, known: dict[Path, str] | None = None
+) -> dict[str, Any]:
+    """Per source file (shown as the user names it): its rows (`rows`, per file) and the sha256 of its bytes (from
+    `known` where the reader hashed the file as it read it). An image folder has a file per row: it is summarised per
+    class folder (rows = images, the hash over the folder's files)."""
     out: dict[str, dict[str, Any]] = {}
     for name, path, n in zip(files, paths, rows, strict=True):
         key = str(Path(name).parent) + "/" if group_by_folder else name
         entry = out.setdefault(key, {"rows": 0, "sha256": hashlib.sha256()})
         entry["rows"] += n
+        if not group_by_folder and known and path in known:
+            entry["sha256"] = known[path]
+            continue
         with open(path, "rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):
                 entry["sha256"].update(block)
-    return {k: {"rows": v["rows"], "sha256": v["sha256"].hexdigest()} for k, v in sorted(out.items())}
+    digest = {k: v["sha256"] if isinstance(v["sha256"], str) else v["sha256"].hexdigest() for k, v in out.items()}
+    return {k: {"rows": v["rows"], "sha256": digest[k]} for k, v in sorted(out.items())}
 
 
 def data_tag(files: dict[str, Any]) -> str:

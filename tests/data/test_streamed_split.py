@@ -15,6 +15,7 @@ import pytest
 from conftest import make_project
 
 from trainflow.data import split_stream, stream
+from trainflow.data.schema import ROW_KEY
 from trainflow.data.split import ASSIGNMENT, TEST_ROWS
 from trainflow.params import load_params, write_overrides
 from trainflow.paths import SPLITS, Paths
@@ -127,11 +128,12 @@ def test_a_streamed_split_names_a_damaged_table_and_how_to_restore_it(
     run_stage("split", load_params(streamed.params), streamed)
 
 
-def test_tables_are_written_with_dictionaries_for_every_column_but_floats(
+def test_tables_are_written_with_dictionaries_for_every_column_but_floats_and_the_row_key(
     projects: tuple[Paths, Paths], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """io.parquet_options, in every writer of a table (ingest and split, in memory and streamed): a float column is
-    written plain (a dictionary of floats that rarely repeat is built only to be given up), the others with one."""
+    """io.parquet_options, in every writer of a table (ingest and split, in memory and streamed): a float column and
+    the row key are written plain (a dictionary of values that rarely or never repeat is built only to be given up),
+    the others with one."""
     split_both(projects, monkeypatch)
     files = [paths.table for paths in projects] + [paths.split_file(s) for paths in projects for s in SPLITS]
     for path in files:
@@ -141,5 +143,6 @@ def test_tables_are_written_with_dictionaries_for_every_column_but_floats(
             if column.physical_type == "BOOLEAN":  # Parquet has no dictionaries of booleans
                 continue
             dictionary = any("DICTIONARY" in e for e in column.encodings)
-            floating = column.physical_type in ("DOUBLE", "FLOAT")
-            assert dictionary != floating, (path, column.path_in_schema, column.physical_type, column.encodings)
+            plain = column.physical_type in ("DOUBLE", "FLOAT") or column.path_in_schema == ROW_KEY
+            assert dictionary != plain, (path, column.path_in_schema, column.physical_type, column.encodings)
+    assert ROW_KEY in pq.read_schema(projects[1].table).names  # the row key was among the columns checked

@@ -21,6 +21,7 @@ import csv
 import dataclasses
 import functools
 import glob
+import hashlib
 import io
 import json
 import re
@@ -81,6 +82,8 @@ class RawTable:
     image_column: str | None = None  # the column of encoded image bytes (the files' paths in <it>_path)
     # what reading did that the user should know (a column dropped), for the caller to print as its own
     notes: list[str] = field(default_factory=list)
+    # the sha256 of files read whole, in order, as they were read (a streamed csv): sources.json needs no second read
+    digests: dict[Path, str] = field(default_factory=dict)
     # file index -> the line on which each of its first records starts (filled by where_many as it scans)
     _lines: dict[int, array[int]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -279,7 +282,9 @@ def _spill_source(
     shown_files = [_shown(p, root) for p in files]
     rows = sum(one.rows for one in spilled)
     frame = SpilledFrame(folder, [one.parts for one in spilled], names, types, replaced, rows, shown_files)
-    return _raw_table(frame, d, files, [one.rows for one in spilled], fmt, root, delimiter, notes)
+    table = _raw_table(frame, d, files, [one.rows for one in spilled], fmt, root, delimiter, notes)
+    table.digests = {path: one.sha256 for path, one in zip(files, spilled, strict=True) if one.sha256 is not None}
+    return table
 
 
 # --- where the data is ------------------------------------------------------------------------------------------
@@ -506,6 +511,7 @@ class _SpilledFile:
     replaced: dict[str, Path]  # column -> a file of it typed over the whole file (its chunks disagreed)
     rows: int
     index: bool = False
+    sha256: str | None = None  # of the file's bytes, where they were all read in order
 
 
 def _spill_csv(path: Path, shown: str, fmt: str, delimiter: str, d: DataParams, folder: Path, f: int) -> _SpilledFile:
@@ -519,9 +525,11 @@ def _spill_csv(path: Path, shown: str, fmt: str, delimiter: str, d: DataParams, 
     fixed: list[str] = []
     table = pa.table({})
     bar = progress(max(1, path.stat().st_size >> 20), desc=f"ingest: {shown}", unit="MiB")
+    digest = hashlib.sha256()  # sources.json's hash of the file, from this read: no second one
     for k, (start, data) in enumerate(_record_chunks(path, options.quoted, CHUNK_BYTES)):
         ranges.append((start, start + len(data)))
         bar.update(((start + len(data)) >> 20) - bar.n)
+        digest.update(data)  # the pieces are the file's bytes in order
         opts = options
         if k:  # later chunks have no header: the first chunk's names
             opts = dataclasses.replace(options, read=_later_chunk(options.read, raw))
@@ -562,6 +570,7 @@ def _spill_csv(path: Path, shown: str, fmt: str, delimiter: str, d: DataParams, 
     ):  # data, named as `_read_csv` names it
         line = _header_line(path, delimiter, d.encoding)
         _check_unique(["column_1", *fixed[1:]], f"data.source: {shown}, line {line}: the header names")
+    out.sha256 = digest.hexdigest()
     return out
 
 

@@ -167,7 +167,7 @@ def write_parts(path: Path, part_of_row: np.ndarray, dests: list[Path], drop: li
         def flush(i: int) -> None:
             if (pending := writing[i]) is not None:
                 pending.result()  # one write per part at a time, in order; its error is raised here
-            group, gathered[i] = pa.concat_tables(gathered[i]).combine_chunks(), []
+            group, gathered[i] = pa.concat_tables(gathered[i]), []  # one row group of its chunks, not copied again
             writing[i] = pool.submit(writers[i].write_table, group)
 
         lo = 0

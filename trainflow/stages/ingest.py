@@ -50,7 +50,7 @@ def sources(table: RawTable) -> dict[str, Any]:
         digest = hashlib.sha256(pd.util.hash_pandas_object(table.frame, index=False).to_numpy().tobytes())
         return {table.source: {"rows": len(table.frame), "sha256": digest.hexdigest()}}
     shown = [table.shown(i) for i in range(len(table.files))]
-    return why.data_files(shown, table.rows, table.files, group_by_folder=table.fmt == "images")
+    return why.data_files(shown, table.rows, table.files, group_by_folder=table.fmt == "images", known=table.digests)
 
 
 def run(params: PipelineParams, paths: Paths, accept_schema: bool = False) -> dict[str, Any]:
