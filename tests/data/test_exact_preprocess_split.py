@@ -944,6 +944,39 @@ def test_a_column_is_put_a_batch_at_a_time_as_pyarrow_converts_it_whole(
             assert max(converted) <= 2, name
 
 
+def test_a_coded_column_is_put_as_pyarrow_converts_its_values_per_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ColumnSpill.put_coded: the column categories[codes] (None at -1) stored as pyarrow converts that whole column
+    of Python objects: type, pandas metadata and values, in batches of batch_rows; never a Series per row."""
+    store = spill.ColumnSpill(tmp_path / "typed", batch_rows=2)
+    cases = {
+        "late": (["b", "a"], [-1, -1, -1, 1, -1, 0]),  # the first batch: no value
+        "some": (["x", "", "é"], [2, 0, 0, 1, -1]),
+        "none": (["a"], [-1, -1, -1]),  # no value at all: typed as pyarrow types an all-missing column
+        "empty": ([], [-1, -1]),
+    }
+    converted: list[int] = []
+    to_frame = pd.Series.to_frame
+
+    def counted(self: pd.Series, *args: Any, **kwargs: Any) -> pd.DataFrame:
+        converted.append(len(self))
+        return to_frame(self, *args, **kwargs)
+
+    monkeypatch.setattr(pd.Series, "to_frame", counted)
+    for name, (categories, codes) in cases.items():
+        converted.clear()
+        store.put_coded(name, np.array(codes, dtype=np.int32), categories)
+        # the type from one value; the rows by Arrow (without a value: put converts the whole column, as before)
+        assert converted == ([len(codes)] if name in ("none", "empty") else [1]), name
+        values = pd.Series([categories[c] if c >= 0 else None for c in codes], dtype=object)
+        whole = pa.Table.from_pandas(to_frame(values, name), preserve_index=False)  # pyarrow's, by hand
+        with pa.OSFile(str(store._path(name)), "rb") as source:
+            stored = pa.ipc.open_file(source).read_all()
+        assert stored.schema.equals(whole.schema, check_metadata=True), name
+        assert stored.equals(whole) and stored.column(0).num_chunks == -(-len(codes) // 2), name
+
+
 def test_a_raw_table_converts_dates_to_timestamps_and_single_columns_are_read_from_either_format(
     tmp_path: Path,
 ) -> None:

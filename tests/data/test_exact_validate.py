@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from trainflow.data import spill
 from trainflow.data import validate as v
 from trainflow.data.schema import ROW_KEY, Schema
 from trainflow.data.spill import ColumnSpill, SpilledFrame
@@ -427,7 +428,7 @@ def test_object_columns_typed_from_their_python_values() -> None:
     np.testing.assert_array_equal(c.values, np.array(["2026-01-01T00:00", "NaT"], dtype="datetime64[ns]"))
     # values that are not all dates (a time of day beside a date) are strings: categorical
     c = col({"c": obj([datetime.date(2026, 1, 1), datetime.time(3, 4)])})
-    assert c.kind == "categorical" and c.values.tolist() == ["2026-01-01", "03:04:00"] and c.distinct == 2
+    assert c.kind == "categorical" and c.get().tolist() == ["2026-01-01", "03:04:00"] and c.distinct == 2
     c = col({"c": obj([None, None])})
     assert c.kind == v.MISSING_KIND and str(c.problem) == (
         f"data.source: {SRC}, column 'c': every value is missing; fill it in or add 'c' to data.exclude"
@@ -455,7 +456,7 @@ def test_typed_columns_by_dtype() -> None:
     aware = pd.Series(pd.to_datetime(["2026-01-01 10:00"])).dt.tz_localize("Europe/Paris")
     np.testing.assert_array_equal(col({"c": aware}).values, np.array(["2026-01-01T09:00"], dtype="datetime64[ns]"))
     c = col({"c": pd.Series(["b", "a", None], dtype="category")})
-    assert c.kind == "categorical" and c.values.tolist() == ["b", "a", None] and c.distinct == 2
+    assert c.kind == "categorical" and c.get().tolist() == ["b", "a", None] and c.distinct == 2
 
 
 def test_non_finite_and_all_missing_numbers() -> None:
@@ -538,7 +539,7 @@ def test_a_stray_value_in_a_numeric_column_at_95_percent_of_the_rows() -> None:
     np.testing.assert_array_equal(c.values, np.array(expected))
     c = strings(["7"] * 18 + ["x", "z"])  # 90%: categorical
     assert c.kind == "categorical" and c.problem is None and c.distinct == 3
-    assert c.values.tolist() == ["7"] * 18 + ["x", "z"]
+    assert c.get().tolist() == ["7"] * 18 + ["x", "z"]
     # the first problem is the stray text; a non-finite number after it is not reported instead
     c = strings(["inf"] + ["1"] * 18 + ["x"], features=["c"])
     assert str(c.problem) == (
@@ -557,7 +558,7 @@ def test_yes_no_true_false_in_any_case_are_booleans() -> None:
     assert c.kind == "boolean" and c.problem is None and c.values.dtype == "boolean"
     assert c.values.tolist() == [True, False, pd.NA, True, False, True]
     c = strings(["yes", "no", "maybe"])
-    assert c.kind == "categorical" and c.values.tolist() == ["yes", "no", "maybe"]
+    assert c.kind == "categorical" and c.get().tolist() == ["yes", "no", "maybe"]
 
 
 def test_iso_dates_are_datetimes() -> None:
@@ -611,9 +612,9 @@ def test_dates_past_2262_are_dates_out_of_range() -> None:
 def test_categories_as_text_one_per_printed_value() -> None:
     c = strings([1, "1", "a", None, "a", " a"])
     assert (c.kind, c.problem, c.distinct) == ("categorical", None, 3)
-    assert c.values.dtype == object and c.values.tolist() == ["1", "1", "a", None, "a", " a"]
+    assert c.get().dtype == object and c.get().tolist() == ["1", "1", "a", None, "a", " a"]
     c = strings(["b", None, "a", "b"])
-    assert (c.kind, c.distinct) == ("categorical", 2) and c.values.tolist() == ["b", None, "a", "b"]
+    assert (c.kind, c.distinct) == ("categorical", 2) and c.get().tolist() == ["b", None, "a", "b"]
     c = col({"c": pd.Series([None, None], dtype="str")})
     assert c.kind == v.MISSING_KIND and "every value is missing" in str(c.problem)
 
@@ -1176,7 +1177,7 @@ def test_a_spilled_table_is_typed_as_the_in_memory_one(tmp_path: Path) -> None:
     assert isinstance(out, pd.DataFrame)
     table = T(spilled(tmp_path, frame))
     s_schema, s_out = v.infer_schema(table, d, None)
-    assert isinstance(s_out, v.SpilledTable) and s_out.names == ["x", "c", "b", "when", "t", "y", "id", ROW_KEY]
+    assert isinstance(s_out, v.SpilledTable) and s_out.names == ["x", "c", "b", "when", "t", "y", "id"]  # + ROW_KEY
     assert s_out.keep is not None and s_out.keep.tolist() == [True, True, False, False, True, False]
     assert s_schema == schema
     assert (schema.n_rows, schema.dropped, schema.carried) == (3, {"missing_target": 1, "duplicates": 2}, ["id"])
@@ -1186,7 +1187,9 @@ def test_a_spilled_table_is_typed_as_the_in_memory_one(tmp_path: Path) -> None:
         pd.read_parquet(tmp_path / "spilled.parquet"), pd.read_parquet(tmp_path / "memory.parquet")
     )
     assert out["x"].tolist()[:2] == [1.0, 2.0] and out["b"].tolist() == [True, False, False]
-    assert sorted(p.name for p in (tmp_path / "spill" / "typed").iterdir()) == [f"{i}.arrow" for i in range(8)]
+    assert pd.read_parquet(tmp_path / "spilled.parquet").columns[-1] == ROW_KEY
+    # the typed columns, not the row keys: hashed as the table is written
+    assert sorted(p.name for p in (tmp_path / "spill" / "typed").iterdir()) == [f"{i}.arrow" for i in range(7)]
 
 
 def test_a_spilled_table_keeps_every_row_when_nothing_is_dropped(tmp_path: Path) -> None:
@@ -1296,13 +1299,40 @@ def test_row_keys_of_a_table_with_nested_values_carried_along() -> None:
 
 def test_row_keys_of_a_spilled_table_a_block_at_a_time(tmp_path: Path) -> None:
     frame = pd.DataFrame({"a": [1, 2, 3], "b": ["x", "y", "z"]})
-    got = v.raw_row_keys(spilled(tmp_path, frame))
+    got = np.concatenate(list(v.raw_row_key_blocks(spilled(tmp_path, frame), text=False)))
     assert got.dtype == np.uint64
     assert got.tolist() == pd.util.hash_pandas_object(frame, index=False).to_numpy(dtype=np.uint64).tolist()
     nested = pd.DataFrame({"a": [1, 2], "l": [[1, 2], [3]]})
-    got = v.raw_row_keys(spilled(tmp_path / "n", nested))
+    with pytest.raises(v._Unhashable):
+        list(v.raw_row_key_blocks(spilled(tmp_path / "n", nested), text=False))
+    got = np.concatenate(list(v.raw_row_key_blocks(spilled(tmp_path / "n2", nested), text=True)))
     text = pd.DataFrame({"a": [1, 2], "l": pd.Series(["[1 2]", "[3]"], dtype=object)})
     assert got.tolist() == pd.util.hash_pandas_object(text, index=False).to_numpy(dtype=np.uint64).tolist()
+
+
+def test_a_spilled_table_with_a_nested_value_in_a_late_block_keys_every_row_as_text_as_in_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The keys are written as they are hashed; a block with an unhashable value after others were written makes the
+    whole table be written again with every row hashed as text, as raw_row_keys hashes the frame in memory."""
+    monkeypatch.setattr(spill, "BATCH_ROWS", 2)
+    rows = 7
+    frame = pd.DataFrame({"x": np.arange(rows, dtype=np.float64), "l": [None] * (rows - 1) + [[1, 2]],
+                          "y": ["a", "b"] * 3 + ["a"]})  # fmt: skip
+    schema, out = ingest(frame, exclude=["l"])
+    raw = spilled(tmp_path, frame)
+    assert sum(1 for _ in raw.row_blocks()) > 1  # the nested value is in a later block than the first
+    s_schema, s_out = v.infer_schema(T(raw), P(exclude=["l"]), None)
+    assert isinstance(s_out, v.SpilledTable) and s_schema == schema
+    s_out.to_parquet(tmp_path / "spilled.parquet")
+    got = pd.read_parquet(tmp_path / "spilled.parquet")
+    # every row as text: a missing value stays missing, a list read back from Parquet prints as a numpy array
+    text = frame.assign(l=pd.Series([None] * (rows - 1) + ["[1 2]"], dtype="str"))
+    expected = pd.util.hash_pandas_object(text, index=False).to_numpy(dtype=np.uint64)
+    assert got[ROW_KEY].tolist() == expected.tolist()
+    out.to_parquet(tmp_path / "memory.parquet", index=False)
+    memory = pd.read_parquet(tmp_path / "memory.parquet")
+    pd.testing.assert_frame_equal(got[["x", "y"]], memory[["x", "y"]])  # l: a list here, an array read back
 
 
 def test_row_share_of_a_single_row() -> None:
@@ -1366,4 +1396,32 @@ def test_codes_per_row_take_4_bytes_a_row_where_the_distinct_values_allow() -> N
     assert target.codes is not None and target.codes.dtype == np.int32
     assert target.codes.tolist() == pd.factorize(frame["y"])[0].tolist() and target.labels == ["n", "m"]
     col = v._column(T(frame), P(), "x")
-    assert col.kind == "categorical" and col.values.tolist() == ["1", "1", "b", None, "b"] and col.distinct == 2
+    assert col.kind == "categorical" and col.get().tolist() == ["1", "1", "b", None, "b"] and col.distinct == 2
+    # held as codes into the distinct values (no object per row), int32 too
+    assert col.codes is not None and col.codes.dtype == np.int32 and col.values.tolist() == ["1", "b"]
+
+
+def test_a_spilled_table_whose_write_fails_stops_hashing_its_row_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The row keys are hashed in a thread while the table is written; a write that fails (a full disk) raises its
+    error and leaves no thread behind, although the error's traceback is still held."""
+    import errno
+    import threading
+
+    monkeypatch.setattr(spill, "BATCH_ROWS", 2)
+    frame = pd.DataFrame({"x": np.arange(9.0), "y": list("ababababa")})
+    _, out = v.infer_schema(T(spilled(tmp_path, frame)), P(), None)
+    real, calls = pq.ParquetWriter.write_table, []
+
+    def full(self: pq.ParquetWriter, table: pa.Table, *args: Any, **kwargs: Any) -> None:
+        calls.append(table.num_rows)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(self, table, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", full)
+    with pytest.raises(OSError, match="No space left") as error:
+        out.to_parquet(tmp_path / "t.parquet")
+    assert calls == [2, 2] and error.value is not None
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("trainflow-ahead")]

@@ -9,6 +9,7 @@ ends, and the rows dropped fall on batch boundaries."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -94,6 +95,11 @@ def assert_same_ingest(memory: Paths, streamed: Paths) -> None:
     assert pq.read_schema(memory.table).equals(pq.read_schema(streamed.table), check_metadata=True)
     assert json.loads(memory.schema.read_text()) == json.loads(streamed.schema.read_text())
     assert sorted(p.name for p in streamed.processed.iterdir()) == sorted(p.name for p in memory.processed.iterdir())
+    # each source file's sha256: hashed as the chunks were read when streamed, by hashlib over the file here
+    files = json.loads((streamed.processed / "sources.json").read_text())
+    assert files == json.loads((memory.processed / "sources.json").read_text())
+    for name, entry in files.items():
+        assert entry["sha256"] == hashlib.sha256((streamed.root / name).read_bytes()).hexdigest(), name
 
 
 @pytest.mark.parametrize(
@@ -202,6 +208,10 @@ def test_ingest_takes_arrow_buffers_from_jemalloc_where_pyarrow_has_it_and_gives
     from trainflow.stages import ingest
 
     seen = []
+    decay = []
+    monkeypatch.setattr(
+        pa, "jemalloc_set_decay_ms", lambda ms: decay.append((ms, pa.default_memory_pool().backend_name))
+    )
     infer = ingest.infer_schema
     monkeypatch.setattr(
         ingest, "infer_schema", lambda *a: seen.append(pa.default_memory_pool().backend_name) or infer(*a)
@@ -213,6 +223,7 @@ def test_ingest_takes_arrow_buffers_from_jemalloc_where_pyarrow_has_it_and_gives
         awkward(200).to_csv(root / "data/raw/t.csv")
         run_stage("ingest", load_params(Paths(root).params), Paths(root))
         assert seen == ["jemalloc"]
+        assert decay == [(0, "mimalloc")]  # freed pages go back at once; set before jemalloc makes its arenas
         assert pa.default_memory_pool().backend_name == "mimalloc"
     finally:
         pa.set_memory_pool(before)

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -30,6 +31,7 @@ import pyarrow.parquet as pq
 from pandas.api.types import infer_dtype, is_object_dtype
 from pandas.core.util.hashing import combine_hash_arrays
 
+from trainflow.data.schema import ROW_KEY
 from trainflow.errors import DataError
 from trainflow.io import parquet_options
 
@@ -43,9 +45,14 @@ def arrow_memory() -> Iterator[None]:
     (`release_unused`): with mimalloc the next column then gets fresh pages, which is slow. Reading
     bench/out_of_core.py's 4M-row spill a column at a time, 3 times: 7.4 s and 726 MiB peak RSS with mimalloc, 3.3 s
     and 226 MiB with jemalloc. Ingest only: streamed train on 42M rows peaked at 2.13 GiB RSS with jemalloc, 1.71 GiB
-    with mimalloc."""
+    with mimalloc.
+
+    jemalloc's decay is set to 0 first (its arenas are made with it): freed pages go back to the OS at once, not over
+    the next second. bench/out_of_core.py's 60M-row ingest, two runs each: peak RSS 2.24 and 1.98 GiB without,
+    1.85 and 1.85 GiB with it."""
     before = pa.default_memory_pool()
     with contextlib.suppress(NotImplementedError):  # a build without it (not Linux): Arrow's default stays
+        pa.jemalloc_set_decay_ms(0)
         pa.set_memory_pool(pa.jemalloc_memory_pool())
     try:
         yield
@@ -193,17 +200,35 @@ class ColumnSpill:
         batches = (series.iloc[lo : lo + self.batch_rows] for lo in range(0, max(1, len(series)), self.batch_rows))
         self.put_chunks(name, batches, schema)
 
-    def put_chunks(self, name: str, chunks: Iterable[pd.Series], schema: pa.Schema | None = None) -> None:
-        """The column given as consecutive pieces (a column of images a spilled chunk at a time): stored as `put`
-        stores the whole column, converted to `schema`, by default the first piece's (pieces are cast to its
-        types)."""
+    def put_coded(self, name: str, codes: np.ndarray, categories: list[str]) -> None:
+        """Store the column whose row i is categories[codes[i]] (None where the code is -1) as `put` stores those
+        values, made by Arrow a batch at a time from the codes: no Python object per row, where the values would take
+        8 bytes a row and their conversion a Python string each (ingest's categorical columns and labels)."""
+        if not categories or not (codes >= 0).any():  # no value: `put` types the column from its values
+            self.put(name, pd.Series(np.full(len(codes), None, dtype=object)))
+            return
+        schema = pa.Schema.from_pandas(pd.Series(categories[:1], dtype=object).to_frame(name), preserve_index=False)
+        dictionary = pa.array(categories, pa.string())
+        batches = (
+            pa.table({name: dictionary.take(pa.array(part, mask=part < 0))}, schema=schema)
+            for part in (codes[lo : lo + self.batch_rows] for lo in range(0, len(codes), self.batch_rows))
+        )
+        self.put_chunks(name, batches, schema)
+
+    def put_chunks(self, name: str, chunks: Iterable[pd.Series | pa.Table], schema: pa.Schema | None = None) -> None:
+        """The column given as consecutive pieces (a column of images a spilled chunk at a time; Arrow tables of it,
+        from `put_coded`): stored as `put` stores the whole column, converted to `schema`, by default the first
+        piece's (pieces are cast to its types)."""
         if name not in self.names:
             self.names.append(name)
         with contextlib.ExitStack() as files:
             writer: pa.ipc.RecordBatchFileWriter | None = None
             pending: list[pa.Table] = []
             for series in chunks:
-                table = pa.Table.from_pandas(series.to_frame(name), schema=schema, preserve_index=False)
+                if isinstance(series, pa.Table):
+                    table = series
+                else:
+                    table = pa.Table.from_pandas(series.to_frame(name), schema=schema, preserve_index=False)
                 if writer is None or schema is None:
                     schema = table.schema
                     sink = files.enter_context(pa.OSFile(str(self._path(name)), "wb"))
@@ -267,17 +292,47 @@ class ColumnSpill:
         with pa.OSFile(str(self._path(name)), "rb") as source:
             return pa.ipc.open_file(source).schema.empty_table().to_pandas()[name]
 
-    def write_table(self, dest: Path, names: list[str], keep: np.ndarray | None) -> int:
+    def write_table(
+        self, dest: Path, names: list[str], keep: np.ndarray | None, row_keys: Iterator[np.ndarray] | None = None
+    ) -> int:
         """Write columns `names` as one Parquet file, the rows where `keep` (all when None), a batch at a time; read
         back by pd.read_parquet as the in-memory frame of these columns written with to_parquet(index=False).
-        Returns the rows written."""
+        `row_keys`: a last column, ROW_KEY, given as consecutive blocks of uint64 of any size (made as the table is
+        written, never held whole). Returns the rows written."""
         with contextlib.ExitStack() as files:
             readers = [pa.ipc.open_file(files.enter_context(pa.OSFile(str(self._path(n)), "rb"))) for n in names]
-            return _write_batches(dest, readers, keep)
+            return _write_batches(dest, readers, keep, None if row_keys is None else _Rows(row_keys))
 
 
-def _write_batches(dest: Path, readers: list[pa.ipc.RecordBatchFileReader], keep: np.ndarray | None) -> int:
+class _Rows:
+    """Values given as consecutive blocks of any size, taken `n` at a time."""
+
+    def __init__(self, blocks: Iterator[np.ndarray]) -> None:
+        self.blocks, self.rest = blocks, np.zeros(0, dtype=np.uint64)
+
+    def take(self, n: int) -> np.ndarray:
+        parts, have = [self.rest], len(self.rest)
+        while have < n:
+            block = next(self.blocks, None)
+            if block is None:
+                raise RuntimeError(f"{have} row keys for {n} rows")  # not the table's rows: a bug, not the data
+            parts.append(block)
+            have += len(block)
+        joined = np.concatenate(parts) if len(parts) > 1 else parts[0]
+        self.rest = joined[n:]
+        return joined[:n]
+
+    def done(self) -> None:
+        if len(self.rest) or next(self.blocks, None) is not None:
+            raise RuntimeError("more row keys than rows")
+
+
+def _write_batches(
+    dest: Path, readers: list[pa.ipc.RecordBatchFileReader], keep: np.ndarray | None, row_keys: _Rows | None
+) -> int:
     schemas = [r.schema for r in readers]
+    if row_keys is not None:  # as pandas converts the in-memory frame's column
+        schemas.append(pa.Schema.from_pandas(pd.DataFrame({ROW_KEY: np.zeros(0, np.uint64)}), preserve_index=False))
     meta = [json.loads(s.metadata[b"pandas"]) for s in schemas]
     pandas_meta = dict(meta[0], columns=[m["columns"][0] for m in meta])
     schema = pa.schema([s.field(0) for s in schemas], metadata={b"pandas": json.dumps(pandas_meta).encode()})
@@ -287,11 +342,31 @@ def _write_batches(dest: Path, readers: list[pa.ipc.RecordBatchFileReader], keep
         for i in range(readers[0].num_record_batches):
             batches = [r.get_batch(i) for r in readers]
             n = batches[0].num_rows
-            table = pa.Table.from_arrays([b.column(0) for b in batches], schema=schema)
+            arrays = [b.column(0) for b in batches]
+            if row_keys is not None:
+                arrays.append(pa.array(row_keys.take(n), pa.uint64()))
+            table = pa.Table.from_arrays(arrays, schema=schema)
             if keep is not None:
                 table = table.filter(pa.array(keep[lo : lo + n]))
             lo += n
             if table.num_rows:
                 writer.write_table(table)
                 written += table.num_rows
+    if row_keys is not None:
+        row_keys.done()
     return written
+
+
+T = TypeVar("T")
+
+
+def ahead(items: Iterator[T]) -> Generator[T, None, None]:
+    """`items`, the next one made in a thread while the caller works on this one. An error making one is raised
+    here, in its place. Close it (contextlib.closing) where the caller may stop early: an error's traceback would
+    keep it, and its thread, alive."""
+    done = object()
+    with ThreadPoolExecutor(1, thread_name_prefix="trainflow-ahead") as pool:
+        coming = pool.submit(next, items, done)
+        while (item := coming.result()) is not done:
+            coming = pool.submit(next, items, done)
+            yield item  # type: ignore[misc]
