@@ -63,6 +63,7 @@ def test_flow_runs_only_what_changed_and_keeps_dvc_true(iris_project: Path, pref
     assert int(MlflowClient().get_model_version_by_alias("iris", "champion").version) == best["version"]
 
 
+@pytest.mark.slow  # 28 s (fresh-clone-check checks the same on a clone): README line 2 stays under 10 minutes
 def test_dvc_repro_then_noop(iris_project: Path) -> None:
     out = dvc(iris_project, "repro")
     for stage in ("ingest", "split", "train", "evaluate", "register"):

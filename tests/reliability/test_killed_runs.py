@@ -28,6 +28,7 @@ from conftest import FAST, make_project
 from vcs import DVC, dvc
 
 
+@pytest.mark.slow  # 18 s: README line 2 stays under 10 minutes (CI runs the slow tier after it)
 def test_a_killed_run_takes_prefects_temporary_server_with_it(tmp_path: Path) -> None:
     root = make_project(tmp_path / "proj", {"data.source": "builtin:iris", "register.model_name": "iris", **FAST})
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}

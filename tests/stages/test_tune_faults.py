@@ -77,6 +77,7 @@ def uninterrupted(prepared: Path, tmp_path_factory: pytest.TempPathFactory) -> p
     return trials(root)
 
 
+@pytest.mark.slow  # 19 s: README line 2 stays under 10 minutes (CI runs the slow tier after it)
 def test_trials_whose_values_fail_in_setup_fail_with_their_message_and_the_sweep_goes_on(
     prepared: Path, tmp_path: Path
 ) -> None:

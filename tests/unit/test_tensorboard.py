@@ -150,6 +150,7 @@ def test_a_failing_writer_warns_and_training_goes_on(project: Paths, monkeypatch
     assert before < set(project.tensorboard.iterdir())  # a new folder; the first run's stays as it was
 
 
+@pytest.mark.slow  # 15 s: README line 2 stays under 10 minutes (CI runs the slow tier after it)
 def test_each_sweep_trial_writes_into_its_own_folder(tmp_path: Path) -> None:
     import os
     import subprocess
