@@ -7,10 +7,10 @@ is read where it is), and the same checks run on one whole column at a time (`Sp
 the same code on the same values, so the processed table is the one the in-memory path writes, value for value and dtype
 for dtype. A typed column goes to an Arrow IPC file of record batches (`ColumnSpill`) until the table is written
 (`write_table`), a batch of rows of every column at a time. The raw row keys are hashed a chunk of rows at a time
-(`SpilledFrame.row_blocks`).
+(`SpilledFrame.row_blocks`) in a thread while the table is written (`ahead`), never held whole.
 
-Peak memory: a few copies of one column (the raw values, the typed values, a check's temporaries) and a few numbers
-per row (the row keys, the rows kept, the target's codes): not the table, but still growing with the rows
+Peak memory: a few copies of one column (the raw values, the typed values or codes, a check's temporaries) and a few
+numbers per row (the rows kept, the target's codes): not the table, but still growing with the rows
 (bench/out_of_core.py).
 """
 
