@@ -977,6 +977,30 @@ def test_a_coded_column_is_put_as_pyarrow_converts_its_values_per_row(
         assert stored.equals(whole) and stored.column(0).num_chunks == -(-len(codes) // 2), name
 
 
+def test_ahead_gives_every_item_in_order_raises_an_error_in_its_place_and_closes_what_it_reads() -> None:
+    assert list(spill.ahead(iter(range(5)))) == [0, 1, 2, 3, 4]
+    closed = []
+
+    def items(fail_at: int | None) -> Any:
+        try:
+            for i in range(10):
+                if i == fail_at:
+                    raise OSError(f"cannot read chunk {i}")
+                yield i
+        finally:
+            closed.append(fail_at)
+
+    got = []
+    with pytest.raises(OSError, match="cannot read chunk 3"):
+        for i in spill.ahead(items(3)):
+            got.append(i)
+    assert got == [0, 1, 2] and closed == [3]
+    reading = spill.ahead(items(None))
+    assert next(reading) == 0
+    reading.close()  # the caller stopped early (its own error): the reader is closed, not left in its thread
+    assert closed == [3, None]
+
+
 def test_a_raw_table_converts_dates_to_timestamps_and_single_columns_are_read_from_either_format(
     tmp_path: Path,
 ) -> None:

@@ -1719,29 +1719,3 @@ def test_a_closed_multiline_last_value_followed_by_many_blank_lines(tmp_path: Pa
     write(tmp_path, "x.csv", 'a,b\n1,"x\ny' + "\n" * 9000)  # still open: still refused
     with pytest.raises(DataError, match="line 2: a quoted value is never closed"):
         read(tmp_path)
-
-
-def test_ahead_gives_every_item_in_order_raises_an_error_in_its_place_and_closes_what_it_reads() -> None:
-    from trainflow.data.spill import ahead as _ahead
-
-    assert list(_ahead(iter(range(5)))) == [0, 1, 2, 3, 4]
-    closed = []
-
-    def items(fail_at: int | None) -> Any:
-        try:
-            for i in range(10):
-                if i == fail_at:
-                    raise OSError(f"cannot read chunk {i}")
-                yield i
-        finally:
-            closed.append(fail_at)
-
-    got = []
-    with pytest.raises(OSError, match="cannot read chunk 3"):
-        for i in _ahead(items(3)):
-            got.append(i)
-    assert got == [0, 1, 2] and closed == [3]
-    ahead = _ahead(items(None))
-    assert next(ahead) == 0
-    ahead.close()  # the caller stopped early (its own error): the reader is closed, not left in its thread
-    assert closed == [3, None]
