@@ -907,6 +907,21 @@ def test_spilled_columns_come_back_typed_whole_by_rows_or_as_a_filtered_table(
     assert again.names == [] and again.folder == tmp_path / "typed"
 
 
+TO_FRAME = pd.Series.to_frame  # pandas' own, for the references of the tests that count its calls
+
+
+def count_conversions(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The length of every Series ColumnSpill converts to Arrow (through Series.to_frame), as it converts them."""
+    converted: list[int] = []
+
+    def counted(self: pd.Series, *args: Any, **kwargs: Any) -> pd.DataFrame:
+        converted.append(len(self))
+        return TO_FRAME(self, *args, **kwargs)
+
+    monkeypatch.setattr(pd.Series, "to_frame", counted)
+    return converted
+
+
 def test_a_column_is_put_a_batch_at_a_time_as_pyarrow_converts_it_whole(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -914,14 +929,7 @@ def test_a_column_is_put_a_batch_at_a_time_as_pyarrow_converts_it_whole(
     pandas metadata pyarrow gives the whole column, also when the first batch holds no value; objects that are not all
     strings or bytes are converted whole (ints and a float: double, where a batch of ints would be int64)."""
     store = spill.ColumnSpill(tmp_path / "typed", batch_rows=2)
-    converted: list[int] = []
-    to_frame = pd.Series.to_frame
-
-    def counted(self: pd.Series, *args: Any, **kwargs: Any) -> pd.DataFrame:
-        converted.append(len(self))
-        return to_frame(self, *args, **kwargs)
-
-    monkeypatch.setattr(pd.Series, "to_frame", counted)
+    converted = count_conversions(monkeypatch)
     cases = {
         "late": pd.Series([None, None, None, "a", None, "b"], dtype=object),  # the first batch: no value
         "none": pd.Series([None, None, None], dtype=object),
@@ -933,7 +941,7 @@ def test_a_column_is_put_a_batch_at_a_time_as_pyarrow_converts_it_whole(
     for name, values in cases.items():
         converted.clear()
         store.put(name, values)
-        whole = pa.Table.from_pandas(to_frame(values, name), preserve_index=False)  # pyarrow's, independently
+        whole = pa.Table.from_pandas(TO_FRAME(values, name), preserve_index=False)  # pyarrow's, independently
         with pa.OSFile(str(store._path(name)), "rb") as source:
             stored = pa.ipc.open_file(source).read_all()
         assert stored.schema.equals(whole.schema, check_metadata=True), name
@@ -956,21 +964,14 @@ def test_a_coded_column_is_put_as_pyarrow_converts_its_values_per_row(
         "none": (["a"], [-1, -1, -1]),  # no value at all: typed as pyarrow types an all-missing column
         "empty": ([], [-1, -1]),
     }
-    converted: list[int] = []
-    to_frame = pd.Series.to_frame
-
-    def counted(self: pd.Series, *args: Any, **kwargs: Any) -> pd.DataFrame:
-        converted.append(len(self))
-        return to_frame(self, *args, **kwargs)
-
-    monkeypatch.setattr(pd.Series, "to_frame", counted)
+    converted = count_conversions(monkeypatch)
     for name, (categories, codes) in cases.items():
         converted.clear()
         store.put_coded(name, np.array(codes, dtype=np.int32), categories)
         # the type from one value; the rows by Arrow (without a value: put converts the whole column, as before)
         assert converted == ([len(codes)] if name in ("none", "empty") else [1]), name
         values = pd.Series([categories[c] if c >= 0 else None for c in codes], dtype=object)
-        whole = pa.Table.from_pandas(to_frame(values, name), preserve_index=False)  # pyarrow's, by hand
+        whole = pa.Table.from_pandas(TO_FRAME(values, name), preserve_index=False)  # pyarrow's, by hand
         with pa.OSFile(str(store._path(name)), "rb") as source:
             stored = pa.ipc.open_file(source).read_all()
         assert stored.schema.equals(whole.schema, check_metadata=True), name
