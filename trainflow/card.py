@@ -97,12 +97,11 @@ def sections(
         lineage.tables.append((["params changed since the champion"], [[p] for p in why["params"]]))
 
     data = Section("Data")
-    sizes = [[s, str(_rows(paths.split_file(s)))] for s in SPLITS]
+    sizes = [[s, str(_rows(paths.split(s)))] for s in SPLITS]
     data.tables.append((["split", "rows"], sizes))
     target = tags.get("target")
     if tags.get("task") == "classification" and target:
-        counts = {s: pd.read_parquet(paths.split_file(s), columns=[target])[target].astype(str).value_counts()
-                  for s in SPLITS}  # fmt: skip
+        counts = {s: paths.split(s).column(target).astype(str).value_counts() for s in SPLITS}
         classes = sorted(set().union(*(c.index for c in counts.values())))
         data.tables.append(
             (["class", *SPLITS], [[c, *(str(int(counts[s].get(c, 0))) for s in SPLITS)] for c in classes])
@@ -151,10 +150,8 @@ def sections(
     return out
 
 
-def _rows(path: Path) -> int:
-    import pyarrow.parquet as pq
-
-    return int(pq.ParquetFile(path).metadata.num_rows) if path.is_file() else 0
+def _rows(split: Any) -> int:
+    return len(split) if split.exists() else 0
 
 
 def markdown(title: str, parts: list[Section]) -> str:

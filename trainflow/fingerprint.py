@@ -37,7 +37,8 @@ NOT_IN_FINGERPRINT = {
 
 
 def data_hash(paths: Paths) -> str:
-    return sha256_files([paths.split_schema, *(paths.split_file(s) for s in SPLITS)])
+    files = dict.fromkeys(f for s in SPLITS for f in paths.split(s).files())  # a streamed split's: the table, once
+    return sha256_files([paths.split_schema, *files])
 
 
 PACKAGE = Path(__file__).resolve().parent

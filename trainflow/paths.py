@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trainflow.data.stream import Split
 
 PARAMS_FILE = "params.yaml"
 SPLITS = ("train", "val", "test")  # the split files data/splits/<name>.parquet
@@ -59,13 +62,18 @@ class Paths:
         return self.root / "data" / "splits"
 
     def split_file(self, name: str) -> Path:
+        """The file of its own that a split held in memory is written to (a streamed one is not: `split`)."""
         return self.splits / f"{name}.parquet"
 
-    def read_split(self, name: str) -> Any:
-        """data/splits/<name>.parquet as a DataFrame; a damaged file is an error saying how to restore it."""
-        from trainflow.io import read_parquet
+    def split(self, name: str) -> Split:
+        """Split `name` as the split stage stored it (stream.Split): its own file, or its rows of the linked table."""
+        from trainflow.data.stream import Split
 
-        return read_parquet(self.split_file(name), restore("data/splits", "split"))
+        return Split.stored(self.splits, name)
+
+    def read_split(self, name: str) -> Any:
+        """Split `name` as a DataFrame (pandas); a damaged file is an error saying how to restore it."""
+        return self.split(name).read()
 
     def read_table(self) -> Any:
         """data/processed/table.parquet as a DataFrame (as read_split)."""

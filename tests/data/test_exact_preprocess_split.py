@@ -24,6 +24,7 @@ from trainflow.data.preprocess import Column, Preprocessor
 from trainflow.data.schema import ROW_KEY, Kind, Schema
 from trainflow.errors import DataError
 from trainflow.params import DataParams, FeatureParams, SplitParams
+from trainflow.paths import SPLITS
 
 approx = pytest.approx
 
@@ -725,7 +726,7 @@ def test_a_split_is_read_a_column_or_a_block_of_rows_at_a_time(tmp_path: Path) -
     )
     path = write_split(tmp_path / "splits" / "train.parquet", frame, row_group_size=4)
     columns = stream.ParquetColumns(path)
-    assert columns.columns == ["x", "c", "b"] and len(columns) == 10 and columns.path == path
+    assert columns.columns == ["x", "c", "b"] and len(columns) == 10 and columns.split.path == path
     pd.testing.assert_series_equal(columns["c"], pd.read_parquet(path)["c"])
     parts = list(stream.blocks(path, 3, ["c", "x"]))
     assert [len(p) for p in parts] == [3, 3, 3, 1] and all(list(p.columns) == ["c", "x"] for p in parts)
@@ -744,29 +745,49 @@ def test_rows_per_block_are_sixteen_mebibytes_of_float32_in_whole_multiples() ->
     assert stream.block_rows(2**30) == 1 and stream.block_rows(2**30, multiple=8) == 8
 
 
-def test_rows_are_written_to_their_parts_in_table_order_without_the_dropped_columns(
+def test_a_streamed_split_reads_its_rows_of_the_linked_table_as_a_file_of_its_own_would_be_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     frame = pd.DataFrame(
         {
             "x": np.arange(10.0),
-            "key": np.arange(10, dtype=np.uint64),
-            "c": list("abcdefghij"),
+            ROW_KEY: np.arange(10, dtype=np.uint64),
+            "c": pd.Series(list("abcdefghij"), dtype="string"),
             "n": pd.array([1, None, 3, 4, None, 6, 7, 8, 9, 10], dtype="Int64"),  # its dtype is in pandas' metadata
         }
     )
-    path = write_split(tmp_path / "processed" / "table.parquet", frame)
+    splits = tmp_path / "splits"
+    write_split(splits / stream.LINKED, frame, row_group_size=3)
+    part = np.array([0, 1, 0, 2, 2, 0, 1, 0, 0, 2], dtype=np.int8)
+    np.save(splits / stream.ROWS, part)
     monkeypatch.setattr(stream, "BLOCK_BYTES", 64)  # a few rows a block
-    part = np.array([0, 1, 0, 2, 2, 0, 1, 0, 0, 2])
-    dests = [tmp_path / f"{n}.parquet" for n in ("train", "val", "test")]
-    assert stream.write_parts(path, part, dests, ["key"]) == [5, 2, 3]
-    for i, dest in enumerate(dests):
-        want = frame.drop(columns=["key"]).iloc[np.flatnonzero(part == i)].reset_index(drop=True)
-        pd.testing.assert_frame_equal(pd.read_parquet(dest), want)
-    assert pq.ParquetFile(dests[0]).metadata.num_row_groups > 1
-    empty = write_split(tmp_path / "processed" / "empty.parquet", frame.iloc[:0])
-    assert stream.write_parts(empty, part[:0], dests, []) == [0, 0, 0]
-    pd.testing.assert_frame_equal(pd.read_parquet(dests[2]), frame.iloc[:0])
+    for i, name in enumerate(SPLITS):
+        want = frame.drop(columns=[ROW_KEY]).iloc[np.flatnonzero(part == i)].reset_index(drop=True)
+        split = stream.Split.stored(splits, name)
+        assert (split.path, split.part, split.name, len(split)) == (splits / stream.LINKED, i, name, len(want))
+        assert split.exists() and split.files() == [splits / stream.LINKED, splits / stream.ROWS]
+        assert split.columns == ["x", "c", "n"] and str(split).startswith(str(splits / name))
+        assert split.mb() == approx(stream.table_mb(splits / stream.LINKED) * len(want) / 10)
+        pd.testing.assert_frame_equal(split.read(), want, check_exact=True)
+        for c in want.columns:
+            pd.testing.assert_series_equal(stream.ParquetColumns(split)[c], want[c], check_exact=True)
+        for rows in (1, 2, 4):
+            blocks = list(stream.blocks(split, rows, ["n", "x"]))
+            whole, rest = divmod(len(want), rows)
+            assert [len(b) for b in blocks] == [rows] * whole + [rest] * (rest > 0)
+            pd.testing.assert_frame_equal(pd.concat(blocks, ignore_index=True), want[["n", "x"]], check_exact=True)
+        pd.testing.assert_frame_equal(stream.head(split, 2), want.iloc[:2], check_exact=True)
+    # a file of its own wins; without rows.npy there is only the file of its own (missing: named in the message)
+    write_split(splits / "val.parquet", frame.iloc[:2].drop(columns=[ROW_KEY]))
+    assert stream.Split.stored(splits, "val").part is None and len(stream.Split.stored(splits, "val")) == 2
+    (splits / stream.ROWS).unlink()
+    test = stream.Split.stored(splits, "test")
+    assert test.path == splits / "test.parquet" and not test.exists()
+    # rows.npy of another table: named, with how to make it again
+    np.save(splits / stream.ROWS, part[:7])
+    with pytest.raises(DataError, match=r"rows.npy holds \(7,\) split numbers for the 10 rows of .*table.parquet; "
+                                        r"restore .* `trainflow stage split`"):  # fmt: skip
+        len(stream.Split.stored(splits, "test"))
 
 
 def test_damaged_or_missing_files_say_how_to_restore_them(tmp_path: Path) -> None:

@@ -126,9 +126,7 @@ def test_a_streamed_csv_ingests_to_the_in_memory_table_bit_for_bit(
     for paths in (memory, streamed):
         run_stage("split", load_params(paths.params), paths)
     for name in SPLITS:
-        pd.testing.assert_frame_equal(
-            pd.read_parquet(memory.split_file(name)), pd.read_parquet(streamed.split_file(name))
-        )
+        pd.testing.assert_frame_equal(memory.read_split(name), streamed.read_split(name))
 
 
 def test_the_chunks_are_typed_as_pyarrow_types_the_whole_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -173,9 +171,7 @@ def test_integer_and_boolean_columns_missing_only_in_the_first_chunk_key_every_r
     for paths in (memory, streamed):
         run_stage("split", load_params(paths.params), paths)
     for name in SPLITS:
-        pd.testing.assert_frame_equal(
-            pd.read_parquet(memory.split_file(name)), pd.read_parquet(streamed.split_file(name))
-        )
+        pd.testing.assert_frame_equal(memory.read_split(name), streamed.read_split(name))
 
 
 def test_tsv_several_files_and_parquet_sources_stream_to_the_same_table(

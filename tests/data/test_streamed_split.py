@@ -1,10 +1,12 @@
-"""The split stage over data.memory_budget_mb (issue 26): the table is never read whole (its columns one at a time
-for the assignment, then its rows a block at a time into the split files), and what comes out is the in-memory
-split's: the same assignment, bit for bit, the same rows in each split file with the same dtypes, the same
-test-row generations; also after rows are appended, by group and by time."""
+"""The split stage over data.memory_budget_mb (issue 26): the table is never read whole (its key columns a block of
+rows at a time for the assignment) nor copied (it is linked into data/splits, with a byte a row saying each row's
+split), and what comes out is the in-memory split's: the same assignment, bit for bit, the same rows in each split
+with the same dtypes, read whole, a column or a block at a time; the same test-row generations; also after rows are
+appended, by group and by time."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -63,10 +65,25 @@ def split_both(projects: tuple[Paths, Paths], monkeypatch: pytest.MonkeyPatch, *
 
 
 def assert_same_splits(memory: Paths, streamed: Paths) -> None:
+    written = {p.name for p in streamed.splits.glob("*.parquet")} - {ASSIGNMENT, TEST_ROWS}
+    assert written == {"table.parquet"}  # no split copied into a file of its own
+    assert os.path.samefile(streamed.splits / "table.parquet", streamed.table)  # a link, not a copy
+    rows = np.load(streamed.splits / "rows.npy")
+    assert rows.dtype == np.int8 and rows.shape == (pq.ParquetFile(streamed.table).metadata.num_rows,)
     for name in SPLITS:
-        expected, got = pd.read_parquet(memory.split_file(name)), pd.read_parquet(streamed.split_file(name))
-        pd.testing.assert_frame_equal(got, expected, check_exact=True)
-        assert len(expected) > 0
+        expected = pd.read_parquet(memory.split_file(name))
+        assert len(expected) > 0 and int((rows == SPLITS.index(name)).sum()) == len(expected)
+        split = streamed.split(name)
+        assert not streamed.split_file(name).exists() and len(split) == len(expected)
+        pd.testing.assert_frame_equal(streamed.read_split(name), expected, check_exact=True)
+        blocks = list(stream.blocks(split, 7, list(expected.columns)))  # 7: no block lines up with a row group
+        assert [len(b) for b in blocks[:-1]] == [7] * (len(blocks) - 1) and 0 < len(blocks[-1]) <= 7
+        pd.testing.assert_frame_equal(pd.concat(blocks, ignore_index=True), expected, check_exact=True)
+        columns = stream.ParquetColumns(split)
+        assert columns.columns == list(expected.columns) and len(columns) == len(expected)
+        for c in expected.columns:
+            pd.testing.assert_series_equal(columns[c], expected[c], check_exact=True)
+        pd.testing.assert_frame_equal(stream.head(split, 5), expected.head(5), check_exact=True)
     if (memory.splits / ASSIGNMENT).is_file():  # written a bucket of keys at a time: other row groups, same table
         expected, got = pq.read_table(memory.splits / ASSIGNMENT), pq.read_table(streamed.splits / ASSIGNMENT)
         assert got.equals(expected) and got.schema.metadata == expected.schema.metadata
@@ -83,21 +100,14 @@ def test_a_streamed_split_is_the_in_memory_split(
     assert "split: held in memory (table:" in err and "split: streamed from disk (table:" in err
     memory, streamed = projects
     assert_same_splits(memory, streamed)
-    train = pq.ParquetFile(streamed.split_file("train"))
-    assert train.metadata.num_row_groups > 2  # written a block at a time, not gathered first
-    assert "row_key" not in train.schema_arrow.names
-    with monkeypatch.context() as m:
-        m.setattr(stream, "BLOCK_BYTES", 4096)
-        block = stream.data_rows(streamed.table)
-    for name in SPLITS:  # a part's rows are gathered into row groups of a block's rows, not its share of each block
-        meta = pq.ParquetFile(streamed.split_file(name)).metadata
-        groups = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
-        assert all(g >= block for g in groups[:-1]) and groups[-1] > 0, (name, block, groups)
 
     # 10% new rows appended: both keep every old row where it was and place the new ones alike
     for paths in projects:
         old = pd.read_csv(paths.root / "data/raw/t.csv")
         pd.concat([old, table(60, seed=1)]).to_csv(paths.root / "data/raw/t.csv", index=False)
+    before = streamed.read_split("train")
+    run_stage("ingest", load_params(streamed.params), streamed)  # a new table; the splits keep the one they linked
+    pd.testing.assert_frame_equal(streamed.read_split("train"), before, check_exact=True)
     split_both(projects, monkeypatch)
     assert_same_splits(memory, streamed)
     assert pd.read_parquet(streamed.splits / TEST_ROWS)["since"].max() == 2  # the new rows' generation
@@ -133,9 +143,9 @@ def test_tables_are_written_with_dictionaries_for_every_column_but_floats_and_th
 ) -> None:
     """io.parquet_options, in every writer of a table (ingest and split, in memory and streamed): a float column and
     the row key are written plain (a dictionary of values that rarely or never repeat is built only to be given up),
-    the others with one."""
+    the others with one. (A streamed split writes no table: it links the processed one.)"""
     split_both(projects, monkeypatch)
-    files = [paths.table for paths in projects] + [paths.split_file(s) for paths in projects for s in SPLITS]
+    files = [paths.table for paths in projects] + [projects[0].split_file(s) for s in SPLITS]
     for path in files:
         meta = pq.ParquetFile(path).metadata
         for j in range(meta.num_columns):
@@ -146,3 +156,35 @@ def test_tables_are_written_with_dictionaries_for_every_column_but_floats_and_th
             plain = column.physical_type in ("DOUBLE", "FLOAT") or column.path_in_schema == ROW_KEY
             assert dictionary != plain, (path, column.path_in_schema, column.physical_type, column.encodings)
     assert ROW_KEY in pq.read_schema(projects[1].table).names  # the row key was among the columns checked
+
+
+def test_a_streamed_split_copies_the_table_where_it_cannot_link_it(
+    projects: tuple[Paths, Paths], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def cannot(*args: object) -> None:
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "link", cannot)
+    split_both(projects, monkeypatch)
+    memory, streamed = projects
+    copied = streamed.splits / "table.parquet"
+    assert not os.path.samefile(copied, streamed.table) and copied.read_bytes() == streamed.table.read_bytes()
+    for name in SPLITS:
+        pd.testing.assert_frame_equal(streamed.read_split(name), memory.read_split(name), check_exact=True)
+
+
+def test_the_data_hash_of_a_streamed_split_covers_each_rows_split(
+    projects: tuple[Paths, Paths], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hash a checkpoint resumes on and register compares tests by: the same table split otherwise (one row moved
+    to another split) is other data."""
+    from trainflow.fingerprint import data_hash
+    from trainflow.io import sha256_files
+
+    split_both(projects, monkeypatch)
+    _, streamed = projects
+    before, test_before = data_hash(streamed), sha256_files(streamed.split("test").files())
+    rows = np.load(streamed.splits / "rows.npy")
+    rows[np.flatnonzero(rows == 2)[0]] = 0  # a test row trains now
+    np.save(streamed.splits / "rows.npy", rows)
+    assert data_hash(streamed) != before and sha256_files(streamed.split("test").files()) != test_before

@@ -17,10 +17,10 @@ from conftest import make_project
 
 from trainflow.data import stream
 from trainflow.data.preprocess import Preprocessor
-from trainflow.data.schema import Schema
+from trainflow.data.schema import ROW_KEY, Schema
 from trainflow.engine.data import MemmapData, TensorData
 from trainflow.params import load_params, with_values, write_overrides
-from trainflow.paths import Paths
+from trainflow.paths import SPLITS, Paths
 from trainflow.predict import model_inputs
 from trainflow.stages import run_stage
 
@@ -44,16 +44,34 @@ def table(n: int = 400, seed: int = 0) -> pd.DataFrame:
 
 
 @pytest.fixture
-def project(tmp_path: Path) -> Path:
+def project(tmp_path: Path, request: pytest.FixtureRequest) -> Path:
+    """Ingested and split, the split streamed (the table linked into data/splits and each row's split in rows.npy)
+    unless the test is parametrized with split "memory" (a file per split); the budget is the default afterwards."""
     params = {"data.source": "data/raw/t.csv", "data.target": "y", "register.model_name": "t", "train.epochs": 3,
               "train.batch_size": 16, "train.progress": "false", "train.checkpoint_every": 10,
               "train.keep_last": 9}  # fmt: skip
     root = make_project(tmp_path / "proj", params)
     table().to_csv(root / "data/raw/t.csv", index=False)
     paths = Paths(root)
-    for stage in ("ingest", "split"):
-        run_stage(stage, load_params(paths.params), paths)
+    run_stage("ingest", load_params(paths.params), paths)
+    split = getattr(request, "param", "streamed")
+    write_overrides(paths.params, [f"data.memory_budget_mb={'0.000001' if split == 'streamed' else 'null'}"])
+    run_stage("split", load_params(paths.params), paths)
+    write_overrides(paths.params, ["data.memory_budget_mb=null"])
+    assert paths.split_file("train").is_file() == (split == "memory")
     return root
+
+
+def read_split(paths: Paths, name: str) -> pd.DataFrame:
+    """The split as the split stage stored it, read without stream.Split: its file, or its rows of the table."""
+    if paths.split_file(name).is_file():
+        return pd.read_parquet(paths.split_file(name))
+    rows = np.load(paths.splits / "rows.npy")
+    whole = pd.read_parquet(paths.splits / "table.parquet").drop(columns=[ROW_KEY])
+    return whole[rows == SPLITS.index(name)].reset_index(drop=True)
+
+
+both_splits = pytest.mark.parametrize("project", ["streamed", "memory"], indirect=True)
 
 
 def digest(path: Path) -> str:
@@ -67,20 +85,21 @@ def train(root: Path, *overrides: str) -> str:
     return digest(paths.final / "model.safetensors")
 
 
+@both_splits
 def test_the_column_by_column_fit_and_the_streamed_matrix_are_the_in_memory_ones(
     project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     paths = Paths(project)
     schema = Schema.read(paths.split_schema)
     params = load_params(paths.params)
-    frame = pd.read_parquet(paths.split_file("train"))  # the in-memory path's frame, read independently
+    frame = read_split(paths, "train")  # the in-memory path's frame, read independently
     in_memory = Preprocessor.fit(frame, schema, params.features)
-    by_column = Preprocessor.fit(stream.ParquetColumns(paths.split_file("train")), schema, params.features)  # type: ignore[arg-type]
+    by_column = Preprocessor.fit(stream.ParquetColumns(paths.split("train")), schema, params.features)  # type: ignore[arg-type]
     assert json.dumps(by_column.to_json(), sort_keys=True) == json.dumps(in_memory.to_json(), sort_keys=True)
     assert any(c.kind == "categorical" for c in in_memory.columns) and any(c.indicator for c in in_memory.columns)
 
     monkeypatch.setattr(stream, "BLOCK_BYTES", 4 * in_memory.width * 37)  # blocks of 37 rows: the last one partial
-    x, y = stream.write_matrix(in_memory, paths.split_file("train"), tmp_path / "m", "train")
+    x, y = stream.write_matrix(in_memory, paths.split("train"), tmp_path / "m", "train")
     held = model_inputs(in_memory, frame, "train", with_labels=True)
     assert isinstance(held, TensorData) and len(frame) % 37 != 0
     assert np.array_equal(x, held.x.numpy()) and np.array_equal(y, held.y.numpy())
@@ -94,6 +113,7 @@ def test_the_column_by_column_fit_and_the_streamed_matrix_are_the_in_memory_ones
         assert got.count == want.count
 
 
+@both_splits
 def test_a_streamed_train_stage_trains_the_in_memory_weights_and_resumes_to_them(
     project: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -180,6 +200,7 @@ def test_a_streamed_training_sigkilled_mid_epoch_resumes_to_the_uninterrupted_we
     assert digest(paths.final / "model.safetensors") == in_memory
 
 
+@both_splits
 def test_a_streamed_evaluate_writes_the_in_memory_metrics_and_plots(
     project: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -195,7 +216,7 @@ def test_a_streamed_evaluate_writes_the_in_memory_metrics_and_plots(
     write_overrides(paths.params, ["data.memory_budget_mb=0.001"])
     run_stage("evaluate", load_params(paths.params), paths)
     assert "evaluate: test data streamed from disk (test:" in capsys.readouterr().err
-    assert len(pd.read_parquet(paths.split_file("test"))) > 24  # several blocks, the last one partial
+    assert len(read_split(paths, "test")) > 24  # several blocks, the last one partial
     assert {p.name: digest(p) for p in outputs} == whole
 
 

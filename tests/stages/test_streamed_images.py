@@ -70,6 +70,12 @@ def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(stream, "BLOCK_BYTES", 5_000)
 
 
+def whole(paths: Paths, name: str) -> pd.DataFrame:
+    """The split as read_split reads it, past never_whole's guard (a block of rows at a time)."""
+    split = paths.split(name)
+    return split.read_columns(split.columns)
+
+
 @pytest.fixture
 def never_whole(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fail a test that reads the column of images whole anywhere: the raw spill's, the typed spill's, a split's."""
@@ -85,7 +91,7 @@ def never_whole(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(spill.SpilledFrame, "arrow", guard(spill.SpilledFrame.arrow, lambda name: name))
     monkeypatch.setattr(spill.ColumnSpill, "series", guard(spill.ColumnSpill.series, lambda name: name))
     monkeypatch.setattr(stream.ParquetColumns, "__getitem__", guard(stream.ParquetColumns.__getitem__, lambda n: n))
-    monkeypatch.setattr(Paths, "read_split", lambda *a: pytest.fail("a split was read whole"))
+    monkeypatch.setattr(stream.Split, "read", lambda *a: pytest.fail("a split was read whole"))
 
 
 @pytest.mark.parametrize("duplicates", ["keep", "drop"])  # drop: with data.missing drop too (no image is missing)
@@ -126,8 +132,7 @@ def test_a_streamed_folder_of_images_ingests_and_splits_to_the_in_memory_table(
     groups = pq.ParquetFile(streamed.table).metadata
     assert groups.num_row_groups >= 8 and max(groups.row_group(i).num_rows for i in range(8)) < 40
     for name in SPLITS:
-        pd.testing.assert_frame_equal(pd.read_parquet(memory.split_file(name)),
-                                      pd.read_parquet(streamed.split_file(name)), check_exact=True)  # fmt: skip
+        pd.testing.assert_frame_equal(whole(memory, name), whole(streamed, name), check_exact=True)
 
 
 def test_a_duplicate_image_is_the_same_error_streamed(tmp_path: Path, small_blocks: None, never_whole: None) -> None:
@@ -183,7 +188,7 @@ def test_the_streamed_train_setup_never_reads_the_images_whole(
         run_stage(stage, load_params(paths.params), paths)
     built = setup(load_params(paths.params), paths, torch.device("cpu"), Group(), paths.checkpoints)
     assert isinstance(built.train, ImageData) and not built.train.decoded
-    train = pq.read_table(paths.split_file("train")).to_pandas()
+    train = whole(paths, "train")
     stored = (built.scratch / "train" / "images.bin").read_bytes()  # type: ignore[operator]
     assert stored == b"".join(train["image"])  # the encoded images, back to back, in the split's order
     rows = [5, 0, 77, 5]
@@ -292,7 +297,7 @@ def test_predict_on_a_folder_of_class_folders_reads_each_image_when_it_decodes_i
     assert cli.main([*args, "--batch-size", "16"]) == 0
     every = pd.read_csv(paths.root / "all.csv").set_index("image_path")
     assert len(every) == 240 and list(every.columns[:1]) == ["target"] and "image" not in every.columns
-    test = pd.read_parquet(paths.split_file("test"))
+    test = whole(paths, "test")
     exported = ExportedModel.load(paths.final)
     want = exported.outputs(test)  # decoded from the stored bytes, in batches of 1,024
     got = every.loc[test["image_path"], [f"proba_{c}" for c in exported.pre.classes]].to_numpy()
@@ -336,8 +341,7 @@ def test_a_table_of_image_paths_over_the_budget_spills_its_images_to_the_in_memo
     assert json.loads(memory.schema.read_text()) == json.loads(streamed.schema.read_text())
     assert pq.ParquetFile(streamed.table).metadata.num_row_groups >= 3
     for name in SPLITS:
-        pd.testing.assert_frame_equal(pd.read_parquet(memory.split_file(name)),
-                                      pd.read_parquet(streamed.split_file(name)), check_exact=True)  # fmt: skip
+        pd.testing.assert_frame_equal(whole(memory, name), whole(streamed, name), check_exact=True)
 
 
 @pytest.mark.parametrize("fault", ["missing", "absent", "broken"])

@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
@@ -33,10 +32,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from trainflow.data.schema import PATH_SUFFIX
+from trainflow.data.schema import PATH_SUFFIX, ROW_KEY
 from trainflow.errors import DataError
-from trainflow.io import parquet_options
-from trainflow.paths import restore
+from trainflow.paths import SPLITS, restore
 
 if TYPE_CHECKING:
     from trainflow.data.preprocess import Preprocessor
@@ -94,12 +92,13 @@ class Choice:
 MEMORY_PER_TABLE_BYTE = 6
 
 
-def choose(paths: list[Path], d: DataParams, text: bool = False) -> Choice:
+def choose(sources: list[Split | Path], d: DataParams, text: bool = False) -> Choice:
     """Stream the splits when together they would take more than the budget in memory (MEMORY_PER_TABLE_BYTE times
     their data), unless the data is text."""
-    size, budget = sum(table_mb(p) for p in paths), budget_mb(d)
+    splits = [as_split(s) for s in sources]
+    size, budget = sum(s.mb() for s in splits), budget_mb(d)
     need = MEMORY_PER_TABLE_BYTE * size
-    what = f"{' + '.join(p.stem for p in paths)}: {size:,.1f} MiB, about {need:,.0f} MiB in memory"
+    what = f"{' + '.join(s.name for s in splits)}: {size:,.1f} MiB, about {need:,.0f} MiB in memory"
     if need <= budget:
         return Choice(False, f"held in memory ({what}; data.memory_budget_mb {budget:,.0f})")
     if text:
@@ -112,86 +111,36 @@ def choose(paths: list[Path], d: DataParams, text: bool = False) -> Choice:
 
 
 class ParquetColumns:
-    """A Parquet file as a read-only frame whose columns are read when they are asked for, one at a time: what
-    Preprocessor.fit and .labels use of a DataFrame (`columns`, `len`, `[name]`)."""
+    """A split (or a Parquet file) as a read-only frame whose columns are read when they are asked for, one at a
+    time: what Preprocessor.fit and .labels use of a DataFrame (`columns`, `len`, `[name]`)."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.file = _open(path)
-        self.columns = list(self.file.schema_arrow.names)
+    def __init__(self, source: Split | Path) -> None:
+        self.split = as_split(source)
+        self.file = _open(self.split.path)
+        self.columns = self.split.columns
 
     def __len__(self) -> int:
-        return int(self.file.metadata.num_rows)
+        return len(self.split)
 
     def __getitem__(self, name: str) -> pd.Series:
-        # Read as pd.read_parquet reads the whole file (the pandas metadata restores the same dtype), one column.
-        with _reading(self.path):
-            column = pd.read_parquet(self.path, columns=[name])[name]
+        column = self.split.column(name)
         pa.default_memory_pool().release_unused()  # the reader's buffers, before the column is worked on
         return column
 
     def row_blocks(self, columns: list[str]) -> Iterator[pd.DataFrame]:
         """These columns a block of about BLOCK_BYTES of the file's data at a time (a column of images is never read
         whole)."""
-        return blocks(self.path, data_rows(self.path), columns)
+        return blocks(self.split, data_rows(self.split), columns)
 
 
-def blocks(path: Path, rows: int, columns: list[str]) -> Iterator[pd.DataFrame]:
-    """The split at `path` as frames of `rows` rows (the last one shorter), in file order, read as needed."""
-    with _reading(path):
-        for batch in _open(path).iter_batches(batch_size=rows, columns=columns):
-            yield batch.to_pandas()
+def blocks(source: Split | Path, rows: int, columns: list[str]) -> Iterator[pd.DataFrame]:
+    """The split (or file) as frames of `rows` rows (the last one shorter), in table order, read as needed."""
+    return as_split(source).batches(rows, columns)
 
 
-def write_parts(path: Path, part_of_row: np.ndarray, dests: list[Path], drop: list[str]) -> list[int]:
-    """Write the rows of the Parquet table at `path` into `dests[part_of_row[i]]`, in table order, reading a block of
-    about BLOCK_BYTES at a time; `drop`: columns left out. Each part is read back (pd.read_parquet) as the in-memory
-    `frame.iloc[rows]` written with to_parquet would be: the same columns, dtypes and values. Returns the rows per
-    part.
-
-    A part's rows are gathered into row groups of a block's rows (not the part's share of each block: small row
-    groups are slow to write and to read), and each part is written in a thread of its own, which encodes it while
-    the next block is read (pyarrow's writer lets go of the GIL). Held: a block and, per part, a row group being
-    gathered and one being written."""
-    file = _open(path)
-    columns = [c for c in file.schema_arrow.names if c not in drop]
-    schema = pa.schema([file.schema_arrow.field(c) for c in columns], metadata=file.schema_arrow.metadata)
-    rows = data_rows(path)
-    counts = [0] * len(dests)
-    gathered: list[list[pa.Table]] = [[] for _ in dests]
-    writing: list[Future[None] | None] = [None] * len(dests)
-    with contextlib.ExitStack() as stack:
-        writers = [stack.enter_context(pq.ParquetWriter(d, schema, **parquet_options(schema))) for d in dests]
-        pool = stack.enter_context(ThreadPoolExecutor(len(dests), thread_name_prefix="trainflow-split"))
-
-        def flush(i: int) -> None:
-            if (pending := writing[i]) is not None:
-                pending.result()  # one write per part at a time, in order; its error is raised here
-            group, gathered[i] = pa.concat_tables(gathered[i]), []  # one row group of its chunks, not copied again
-            writing[i] = pool.submit(writers[i].write_table, group)
-
-        lo = 0
-        with _reading(path):
-            for batch in file.iter_batches(batch_size=rows, columns=columns):
-                parts = part_of_row[lo : lo + batch.num_rows]
-                lo += batch.num_rows
-                for i in range(len(dests)):
-                    take = np.flatnonzero(parts == i)
-                    if len(take):
-                        gathered[i].append(pa.Table.from_batches([batch.take(pa.array(take))], schema=schema))
-                        counts[i] += len(take)
-                    if sum(t.num_rows for t in gathered[i]) >= rows:
-                        flush(i)
-        for i in range(len(dests)):
-            if gathered[i]:
-                flush(i)
-            if (pending := writing[i]) is not None:
-                pending.result()
-    return counts
-
-
-def data_rows(path: Path, multiple: int = 1) -> int:
+def data_rows(source: Split | Path, multiple: int = 1) -> int:
     """Rows per block: about BLOCK_BYTES of the Parquet file's data (uncompressed), a whole number of `multiple`s."""
+    path = as_split(source).path
     n = int(_open(path).metadata.num_rows)
     rows = max(1, int(BLOCK_BYTES * n / max(1.0, table_mb(path) * 2**20))) if n else 1
     return max(multiple, rows - rows % multiple)
@@ -203,30 +152,31 @@ def block_rows(width: int, multiple: int = 1) -> int:
     return max(multiple, rows - rows % multiple)
 
 
-def input_columns(pre: Preprocessor, path: Path) -> list[str]:
+def input_columns(pre: Preprocessor, source: Split | Path) -> list[str]:
     """The columns of the split at `path` that the model's inputs and targets are made from: the table's features,
     or the image column and its paths (when the file has them, for messages), and the target."""
     images = [] if pre.image_column is None else [pre.image_column, pre.image_column + PATH_SUFFIX]
-    names = set(_open(path).schema_arrow.names)
+    names = set(as_split(source).columns)
     return [*pre.raw_features, *(c for c in images if c in names or c == pre.image_column), pre.target]
 
 
-def head(path: Path, n: int) -> pd.DataFrame:
-    """The first `n` rows of a Parquet file, reading no more than its first row group."""
-    with _reading(path):
-        first = next(_open(path).iter_batches(batch_size=n), None)
-        return first.to_pandas() if first is not None else pd.read_parquet(path)  # no rows: the empty frame
+def head(source: Split | Path, n: int) -> pd.DataFrame:
+    """The first `n` rows of a split (or file), reading no further than the row groups that hold them."""
+    split = as_split(source)
+    first = next(split.batches(n, split.columns), None)
+    return first if first is not None else split.read()  # no rows: the empty frame
 
 
-def write_matrix(pre: Preprocessor, path: Path, dest: Path, where: str) -> tuple[np.ndarray, np.ndarray]:
-    """The preprocessed features and targets of the split at `path`, as model_inputs computes them for a table,
-    written a block of rows at a time to dest/x.npy and dest/y.npy; returned memory-mapped, read-only."""
-    n = int(_open(path).metadata.num_rows)
+def write_matrix(pre: Preprocessor, source: Split | Path, dest: Path, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """The preprocessed features and targets of the split, as model_inputs computes them for a table, written a
+    block of rows at a time to dest/x.npy and dest/y.npy; returned memory-mapped, read-only."""
+    split = as_split(source)
+    n = len(split)
     dest.mkdir(parents=True, exist_ok=True)
     y_type = np.float32 if pre.task == "regression" else np.int64
     # Written with plain writes: a memory map being written holds every page it wrote in the process's RSS.
     with _npy(dest / "x.npy", np.float32, (n, pre.width)) as x, _npy(dest / "y.npy", y_type, (n,)) as y:
-        for frame in blocks(path, block_rows(pre.width), [*pre.raw_features, pre.target]):
+        for frame in blocks(split, block_rows(pre.width), [*pre.raw_features, pre.target]):
             x.write(np.ascontiguousarray(pre.features(frame, where), dtype=np.float32).tobytes())
             labels = pre.labels(frame, where)
             y.write(np.ascontiguousarray(pre.scale_target(labels) if pre.task == "regression" else labels,
@@ -246,3 +196,136 @@ def _npy(path: Path, dtype: type, shape: tuple[int, ...]) -> Iterator[BinaryIO]:
         written, expected = f.tell() - start, int(np.prod(shape)) * np.dtype(dtype).itemsize
         if written != expected:
             raise AssertionError(f"{path}: wrote {written} bytes of data, its header says {expected}")
+
+
+# --- a split as the split stage stores it --------------------------------------------------------------------------
+
+LINKED = "table.parquet"  # data/splits/table.parquet: a streamed split's rows (a link to the processed table)
+ROWS = "rows.npy"  # data/splits/rows.npy: the split of each of its rows (int8, paths.SPLITS' index)
+
+
+class Split:
+    """A split as stored: a Parquet file of its own (a split held in memory writes data/splits/<name>.parquet, handy
+    to open), or the rows of data/splits/table.parquet that data/splits/rows.npy marks with `part` (a streamed split:
+    a link to the processed table and a byte a row, not a copy of a table bigger than memory). Read as one frame, a
+    column at a time or a block of rows at a time, the same either way: the rows in table order, the table's columns
+    but the row key, the dtypes pd.read_parquet gives."""
+
+    def __init__(self, path: Path, part: int | None = None) -> None:
+        self.path, self.part = path, part
+        self._mask: np.ndarray | None = None
+
+    @classmethod
+    def stored(cls, splits: Path, name: str) -> Split:
+        """Split `name` of the folder `splits`: its own file where there is one (or neither form is: its name for
+        the message), else its rows of the linked table."""
+        own = splits / f"{name}.parquet"
+        if own.is_file() or not (splits / ROWS).is_file():
+            return cls(own)
+        return cls(splits / LINKED, SPLITS.index(name))
+
+    @property
+    def name(self) -> str:
+        return self.path.stem if self.part is None else SPLITS[self.part]
+
+    def __str__(self) -> str:
+        if self.part is None:
+            return str(self.path)
+        return f"{self.path.parent / self.name} (the rows of {self.path.name} that {ROWS} marks {self.part})"
+
+    def exists(self) -> bool:
+        return self.path.is_file() and (self.part is None or (self.path.parent / ROWS).is_file())
+
+    def files(self) -> list[Path]:
+        """The files that hold it (what its hash is made of)."""
+        return [self.path] if self.part is None else [self.path, self.path.parent / ROWS]
+
+    def mask(self) -> np.ndarray | None:
+        """Whether each row of the file is in the split (None: every row is)."""
+        if self.part is not None and self._mask is None:
+            rows_file = self.path.parent / ROWS
+            with _reading(rows_file):
+                rows = np.load(rows_file, mmap_mode="r")
+            n = int(_open(self.path).metadata.num_rows)
+            if rows.shape != (n,):
+                raise DataError(f"{rows_file} holds {rows.shape} split numbers for the {n} rows of {self.path}; "
+                                f"{_repair(rows_file)}")  # fmt: skip
+            self._mask = np.asarray(rows == self.part)
+        return self._mask
+
+    def __len__(self) -> int:
+        mask = self.mask()
+        return int(_open(self.path).metadata.num_rows) if mask is None else int(np.count_nonzero(mask))
+
+    @property
+    def columns(self) -> list[str]:
+        names = list(_open(self.path).schema_arrow.names)
+        return names if self.part is None else [c for c in names if c != ROW_KEY]
+
+    def mb(self) -> float:
+        """Its size once read (Parquet's uncompressed column data): its share of the file's."""
+        whole = int(_open(self.path).metadata.num_rows)
+        return table_mb(self.path) * (len(self) / whole if whole else 0.0)
+
+    def read(self) -> pd.DataFrame:
+        """The whole split as a DataFrame."""
+        if self.part is None:
+            from trainflow.io import read_parquet
+
+            return read_parquet(self.path, _repair(self.path))
+        return self.read_columns(self.columns)
+
+    def column(self, name: str) -> pd.Series:
+        if self.part is None:  # as pd.read_parquet reads the whole file (the pandas metadata restores the dtype)
+            with _reading(self.path):
+                return pd.read_parquet(self.path, columns=[name])[name]
+        return self.read_columns([name])[name]
+
+    def read_columns(self, columns: list[str]) -> pd.DataFrame:
+        """These columns of every row, read a block of rows at a time (never the file's whole column)."""
+        schema = self._schema(columns)
+        return _frame(list(self._selected(data_rows(self.path), columns)), schema)
+
+    def batches(self, rows: int, columns: list[str]) -> Iterator[pd.DataFrame]:
+        """These columns as frames of `rows` rows (the last one shorter), in table order, read as needed."""
+        schema = self._schema(columns)
+        held: list[pa.RecordBatch] = []
+        count = 0
+        for batch in self._selected(rows, columns):
+            held.append(batch)
+            count += batch.num_rows
+            while count >= rows:  # cut to exactly `rows`: evaluate's blocks are whole batches
+                table = pa.Table.from_batches(held, schema)
+                yield table.slice(0, rows).to_pandas()
+                rest = table.slice(rows)
+                held, count = rest.to_batches(), rest.num_rows
+        if count:
+            yield pa.Table.from_batches(held, schema).to_pandas()
+
+    def _schema(self, columns: list[str]) -> pa.Schema:
+        whole = _open(self.path).schema_arrow
+        return pa.schema([whole.field(c) for c in columns], metadata=whole.metadata)
+
+    def _selected(self, rows: int, columns: list[str]) -> Iterator[pa.RecordBatch]:
+        """The file's batches of `rows` rows, cut down to the split's rows."""
+        mask, lo = self.mask(), 0
+        with _reading(self.path):
+            for batch in _open(self.path).iter_batches(batch_size=rows, columns=columns):
+                if mask is None:
+                    yield batch
+                    continue
+                keep = mask[lo : lo + batch.num_rows]
+                lo += batch.num_rows
+                if keep.all():
+                    yield batch
+                elif keep.any():
+                    yield batch.filter(pa.array(keep))
+
+
+def _frame(batches: list[pa.RecordBatch], schema: pa.Schema) -> pd.DataFrame:
+    return pa.Table.from_batches(batches, schema).to_pandas()
+
+
+def as_split(source: Split | Path) -> Split:
+    """A path is a file read whole (the processed table, a split file, a predict input)."""
+    return source if isinstance(source, Split) else Split(source)

@@ -106,11 +106,11 @@ def score_split(
     data.memory_budget_mb and the model takes a table, a block of whole batches at a time (the same batches, so the
     same outputs bit for bit). Evaluate scores with this, and register re-scores an older champion with it, so both
     are measured the same way."""
-    path = paths.split_file("test")
-    where, pre = str(path), exported.pre
-    if not path.is_file():
-        raise UserError(f"{stage}: {path} is missing; run `trainflow stage split` first")
-    held = stream.choose([path], d, text=pre.text_column is not None)
+    split = paths.split("test")
+    where, pre = str(split), exported.pre
+    if not split.exists():
+        raise UserError(f"{stage}: {split} is missing; run `trainflow stage split` first")
+    held = stream.choose([split], d, text=pre.text_column is not None)
     if not held.streamed:
         test = read_test(paths, stage)
         metrics, outputs = score(exported, test, where, batch_size)
@@ -120,7 +120,7 @@ def score_split(
     # A block holds about stream.BLOCK_BYTES of model inputs: float32 features, or an image's pixels (the encoded
     # bytes read with them are smaller).
     width = pre.width if pre.image_column is None else pre.image_channels * pre.image_size[0] * pre.image_size[1]
-    for frame in stream.blocks(path, stream.block_rows(width, batch_size), stream.input_columns(pre, path)):
+    for frame in stream.blocks(split, stream.block_rows(width, batch_size), stream.input_columns(pre, split)):
         labels.append(pre.labels(frame, where))
         outputs.append(exported.outputs(frame, batch_size=batch_size, where=where))
     y, out = np.concatenate(labels), np.concatenate(outputs)
@@ -128,10 +128,10 @@ def score_split(
 
 
 def read_test(paths: Paths, stage: str) -> pd.DataFrame:
-    test_file = paths.split_file("test")
-    if not test_file.is_file():
-        raise UserError(f"{stage}: {test_file} is missing; run `trainflow stage split` first")
-    return paths.read_split("test")
+    test = paths.split("test")
+    if not test.exists():
+        raise UserError(f"{stage}: {test} is missing; run `trainflow stage split` first")
+    return test.read()
 
 
 def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from trainflow import card, lineage, registry, tracking, why
+from trainflow.data import stream
 from trainflow.data.schema import Schema
 from trainflow.data.split import ASSIGNMENT, TEST_ROWS
 from trainflow.errors import ServiceError, UserError
@@ -73,16 +74,15 @@ def logged_model(params: PipelineParams, paths: Paths, train_run: dict[str, Any]
             "trainflow.logged_by": "register (tracking was down during train)",
         }
         run_id = MlflowClient().create_run(experiment_id, tags=tags).info.run_id
-    model_uri = tracking.log_pyfunc(str(run_id), paths.final, paths.read_split("val").head(5), flavor)
+    model_uri = tracking.log_pyfunc(str(run_id), paths.final, stream.head(paths.split("val"), 5), flavor)
     why = "tracking was down during train" if flavor == "package" else "register.flavor code: models-from-code"
     print(f"register: logged the model to MLflow run {run_id} ({why})", file=sys.stderr)
     return str(run_id), model_uri
 
 
 def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
-    test_file = paths.split_file("test")
-    for needed in (paths.metrics, paths.train_run, test_file):
-        if not needed.is_file():
+    for needed in (paths.metrics, paths.train_run, paths.split("test")):
+        if not needed.exists():
             raise UserError(f"register: {needed} is missing; run the split, train and evaluate stages first")
     metrics = read_json(paths.metrics)
     train_run = read_json(paths.train_run)
@@ -121,7 +121,7 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
             params.register,
             metrics,
             {**tags, "mlflow_run_id": run_id},
-            test_hash=sha256_files([test_file]),
+            test_hash=sha256_files(paths.split("test").files()),
             rescore=rescorer(params, paths),
             challenger=challenger,
             seed=params.seed,

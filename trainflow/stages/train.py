@@ -75,8 +75,8 @@ def seed_everything(seed: int) -> None:
 
 def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
     for s in SPLITS:
-        if not paths.split_file(s).is_file():
-            raise UserError(f"train: {paths.split_file(s)} is missing; run `trainflow stage split` first")
+        if not paths.split(s).exists():
+            raise UserError(f"train: {paths.split(s)} is missing; run `trainflow stage split` first")
     world = distributed.resolve_world_size(params.train.world_size, resolve_device(params.train.device))
     if world > 1 and not distributed.launched():
         print(f"[trainflow] train: starting {world} processes ({params.train.strategy})", file=sys.stderr, flush=True)
@@ -161,14 +161,14 @@ def _setup(
     # CUBLAS_WORKSPACE_CONFIG once, when it starts (the Trainer sets the same again, for engine-only use).
     configure_backends(params.train, device)
     schema = Schema.read(paths.split_schema)
-    files = {s: paths.split_file(s) for s in ("train", "val")}
+    files = {s: paths.split(s) for s in ("train", "val")}
     held = stream.choose(list(files.values()), params.data, text=schema.text_column is not None)
     shuffle = sample_order(params.train.shuffle, schema, held.streamed)
     if group.is_main:
         print(f"train: data {held.why}; sample order: {shuffle}", file=sys.stderr)
     # Streamed: the frames are read a column (images: a block of rows) at a time (the fit, the class weights), then a
     # block of rows at a time into files that batches read their rows from; in memory: whole, as DataFrames.
-    frames = {s: stream.ParquetColumns(f) if held.streamed else paths.read_split(s) for s, f in files.items()}
+    frames = {s: stream.ParquetColumns(f) if held.streamed else f.read() for s, f in files.items()}
     pretrained = hf.resolve(params.model.name, paths.root) if hf.is_hf(params.model.name) else None
     tokenizer = hf.tokenizer(pretrained, params.features.max_length) if pretrained and schema.text_column else None
     pre = Preprocessor.fit(frames["train"], schema, params.features, tokenizer)  # type: ignore[arg-type]
@@ -206,7 +206,7 @@ def _setup(
     if group.distributed:
         seed_everything(params.seed * 1_000_003 + group.rank)  # but each rank its own dropout masks
     dhash = data_hash(paths)
-    task = objective(params, schema, pre, frames["train"], str(paths.split_file("train")), device)
+    task = objective(params, schema, pre, frames["train"], str(files["train"]), device)
     # batch_size auto becomes numbers here, before the Trainer (which only sees numbers). The fingerprint keeps the
     # params as written: the same global batch split otherwise on another machine resumes (exact accumulation).
     train_params, choice = batch_size.resolve(params.train, model, train, task, precision, device, group)
@@ -245,23 +245,23 @@ def sample_order(shuffle: str, schema: Schema, streamed: bool) -> str:
     return shuffle
 
 
-def streamed_images(pre: Preprocessor, path: Path, dest: Path, where: str) -> ImageData:
-    """The images and targets of the split at `path`, as model_inputs makes them, without holding the images: their
+def streamed_images(pre: Preprocessor, split: stream.Split, dest: Path, where: str) -> ImageData:
+    """The images and targets of the split, as model_inputs makes them, without holding the images: their
     encoded bytes are copied a block of rows at a time to dest/images.bin, back to back, and a batch reads its rows
     by offset (`RecordFile`: 8 bytes a row held) and decodes them in the background. The targets are held (a few
     bytes a row), and the images' names (their paths, for messages) as Arrow strings."""
     column = pre.image_column
     assert column is not None, "streamed_images needs a preprocessor with an image column"
-    read = stream.input_columns(pre, path)  # the images, their paths (where the file has them), the target
+    read = stream.input_columns(pre, split)  # the images, their paths (where the file has them), the target
     named = column + PATH_SUFFIX in read
-    n = len(stream.ParquetColumns(path))
+    n = len(split)
     dest.mkdir(parents=True, exist_ok=True)
     offsets = np.zeros(n + 1, dtype=np.int64)
     targets: list[np.ndarray] = []
     names: list[pa.Array] = []
     lo = 0
     with (dest / "images.bin").open("wb") as out:
-        for frame in stream.blocks(path, stream.data_rows(path), read):
+        for frame in stream.blocks(split, stream.data_rows(split), read):
             images = frame[column].to_numpy(dtype=object)
             offsets[lo + 1 : lo + 1 + len(frame)] = offsets[lo] + np.cumsum([len(v) for v in images])
             out.write(b"".join(images))

@@ -56,8 +56,8 @@ def check(params: PipelineParams, paths: Paths) -> None:
             [("tune.metric", f"{metric} is measured only when it is train.monitor; set train.monitor: {metric} too")],
         )
     for s in SPLITS:
-        if not paths.split_file(s).is_file():
-            raise UserError(f"tune: {paths.split_file(s)} is missing; run `trainflow stage split` first")
+        if not paths.split(s).exists():
+            raise UserError(f"tune: {paths.split(s)} is missing; run `trainflow stage split` first")
 
 
 def hashes(params: PipelineParams, paths: Paths) -> tuple[str, str]:
