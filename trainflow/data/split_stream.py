@@ -181,8 +181,8 @@ def _write_buckets(
             if len(files) == 1:
                 records.tofile(handles[0])
                 continue
-            bucket = (records["key"] >> shift).astype(np.int64)
-            order = np.argsort(bucket, kind="stable")  # table order within a bucket
+            bucket = (records["key"] >> shift).astype(np.uint16 if len(files) <= 1 << 16 else np.int64)
+            order = np.argsort(bucket, kind="stable")  # table order within a bucket (16 bits: a radix sort)
             bounds = np.searchsorted(bucket[order], np.arange(len(files) + 1))
             for b, handle in enumerate(handles):
                 if bounds[b] < bounds[b + 1]:
