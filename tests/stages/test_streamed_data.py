@@ -8,9 +8,11 @@ import hashlib
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 import torch
 from conftest import make_project
@@ -103,6 +105,23 @@ def test_the_column_by_column_fit_and_the_streamed_matrix_are_the_in_memory_ones
     held = model_inputs(in_memory, frame, "train", with_labels=True)
     assert isinstance(held, TensorData) and len(frame) % 37 != 0
     assert np.array_equal(x, held.x.numpy()) and np.array_equal(y, held.y.numpy())
+    # train and val together (what the train stage writes): each as alone, the linked table read once for both
+    reads: list[int] = []
+    real = pq.ParquetFile.iter_batches
+
+    def counted(self: pq.ParquetFile, *args: Any, **kwargs: Any) -> Any:
+        reads.append(self.metadata.num_rows)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", counted)
+    splits = [paths.split("train"), paths.split("val")]
+    both = stream.write_matrices(in_memory, splits, [tmp_path / "t", tmp_path / "v"], ["train", "val"])
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", real)
+    assert len(reads) == (1 if splits[0].path == splits[1].path else 2)
+    assert np.array_equal(both[0][0], x) and np.array_equal(both[0][1], y)
+    val = model_inputs(in_memory, read_split(paths, "val"), "val", with_labels=True)
+    assert isinstance(val, TensorData) and len(val.y) > 0
+    assert np.array_equal(both[1][0], val.x.numpy()) and np.array_equal(both[1][1], val.y.numpy())
     streamed = MemmapData(x, y)
     idx = torch.randperm(len(frame), generator=torch.Generator().manual_seed(0))[:50]
     for got, want in (

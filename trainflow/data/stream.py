@@ -170,18 +170,43 @@ def head(source: Split | Path, n: int) -> pd.DataFrame:
 def write_matrix(pre: Preprocessor, source: Split | Path, dest: Path, where: str) -> tuple[np.ndarray, np.ndarray]:
     """The preprocessed features and targets of the split, as model_inputs computes them for a table, written a
     block of rows at a time to dest/x.npy and dest/y.npy; returned memory-mapped, read-only."""
-    split = as_split(source)
-    n = len(split)
-    dest.mkdir(parents=True, exist_ok=True)
+    return write_matrices(pre, [as_split(source)], [dest], [where])[0]
+
+
+def write_matrices(
+    pre: Preprocessor, splits: list[Split], dests: list[Path], wheres: list[str]
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """write_matrix of each split, reading each file once: the splits that are rows of one table (a streamed split's
+    train and val) take their rows from the same blocks of it. The transform is row-wise, so a block's rows give the
+    rows the whole split's transform gives, however the blocks are cut."""
+    columns = [*pre.raw_features, pre.target]
     y_type = np.float32 if pre.task == "regression" else np.int64
-    # Written with plain writes: a memory map being written holds every page it wrote in the process's RSS.
-    with _npy(dest / "x.npy", np.float32, (n, pre.width)) as x, _npy(dest / "y.npy", y_type, (n,)) as y:
-        for frame in blocks(split, block_rows(pre.width), [*pre.raw_features, pre.target]):
-            x.write(np.ascontiguousarray(pre.features(frame, where), dtype=np.float32).tobytes())
-            labels = pre.labels(frame, where)
-            y.write(np.ascontiguousarray(pre.scale_target(labels) if pre.task == "regression" else labels,
-                                         dtype=y_type).tobytes())  # fmt: skip
-    return np.load(dest / "x.npy", mmap_mode="r"), np.load(dest / "y.npy", mmap_mode="r")
+    for path in dict.fromkeys(s.path for s in splits):
+        mine = [i for i, s in enumerate(splits) if s.path == path]
+        masks = [splits[i].mask() for i in mine]
+        schema = splits[mine[0]]._schema(columns)
+        with contextlib.ExitStack() as stack:
+            outputs = []
+            for i in mine:
+                dests[i].mkdir(parents=True, exist_ok=True)
+                n = len(splits[i])
+                # Written with plain writes: a memory map being written holds every page it wrote in the process's RSS.
+                outputs.append((stack.enter_context(_npy(dests[i] / "x.npy", np.float32, (n, pre.width))),
+                                stack.enter_context(_npy(dests[i] / "y.npy", y_type, (n,)))))  # fmt: skip
+            lo = 0
+            with _reading(path):
+                for batch in _open(path).iter_batches(batch_size=block_rows(pre.width), columns=columns):
+                    for i, mask, (x, y) in zip(mine, masks, outputs, strict=True):
+                        part = batch if mask is None else batch.filter(pa.array(mask[lo : lo + batch.num_rows]))
+                        if not part.num_rows:
+                            continue
+                        frame = pa.Table.from_batches([part], schema).to_pandas()
+                        x.write(np.ascontiguousarray(pre.features(frame, wheres[i]), dtype=np.float32).tobytes())
+                        labels = pre.labels(frame, wheres[i])
+                        values = pre.scale_target(labels) if pre.task == "regression" else labels
+                        y.write(np.ascontiguousarray(values, dtype=y_type).tobytes())
+                    lo += batch.num_rows
+    return [(np.load(d / "x.npy", mmap_mode="r"), np.load(d / "y.npy", mmap_mode="r")) for d in dests]
 
 
 @contextlib.contextmanager

@@ -178,7 +178,9 @@ def _setup(
     if held.streamed and schema.image_column:  # images: their encoded bytes, decoded batch by batch
         train, val = (streamed_images(pre, f, scratch / s, str(f)) for s, f in files.items())
     elif held.streamed:  # a table: its preprocessed matrix
-        train, val = (MemmapData(*stream.write_matrix(pre, f, scratch / s, str(f))) for s, f in files.items())
+        splits = list(files.values())  # a streamed split's two: read from the table together, in one pass
+        matrices = stream.write_matrices(pre, splits, [scratch / s for s in files], [str(f) for f in splits])
+        train, val = (MemmapData(*m) for m in matrices)
     else:
         train, val = (model_inputs(pre, f, str(files[s]), with_labels=True) for s, f in frames.items())
     if isinstance(train, TensorData | MemmapData):
