@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from trainflow.data.stream import Split
 
 PARAMS_FILE = "params.yaml"
-SPLITS = ("train", "val", "test")  # the split files data/splits/<name>.parquet
+SPLITS = ("train", "val", "test")  # data/splits/<name>.parquet, or a streamed split's numbers in rows.npy (0, 1, 2)
 
 
 def restore(out: str, stage: str) -> str:

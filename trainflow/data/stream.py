@@ -1,11 +1,11 @@
-"""Splits larger than the data memory budget (`data.memory_budget_mb`): read from their Parquet file a column or a
-block of rows at a time, never whole.
+"""Splits larger than the data memory budget (`data.memory_budget_mb`): read a column or a block of rows at a time,
+never whole. A split is a Parquet file of its own or, streamed, its rows of the processed table (`Split`).
 
 - The preprocessing is fitted column by column (`ParquetColumns`: Parquet is columnar, so one column is read without
   the others), by the same code on the same whole columns as in memory: the same statistics, bit for bit.
-- The preprocessed matrix is written a block of rows at a time into .npy files (`write_matrix`), which the engine's
-  MemmapData reads batches from by index. The row transform is row-wise, so each block's rows are the ones the
-  in-memory transform gives.
+- The preprocessed matrix is written a block of rows at a time into .npy files (`write_matrices`: train and val from
+  one read of the table), which the engine's MemmapData reads batches from by index. The transform is row-wise, so
+  each block's rows are the ones the in-memory transform gives.
 
 Peak memory: one column (fit) or one block of rows (transform); the files' pages stay in the OS's page cache, never
 mapped into the process.
