@@ -235,7 +235,7 @@ def outputs_load(ws: Workspace) -> list[str]:
     reports = {name: json.loads((root / "reports" / name).read_text()) for name in
                ("metrics.json", "train_run.json", "registration.json")}  # fmt: skip
     model = ExportedModel.load(root / "models/final")
-    test = pd.read_parquet(root / "data/splits/test.parquet")
+    test = read_test(root)
     predicted = model.predict_frame(test)["prediction"].astype(str)
     target = json.loads((root / "data/splits/schema.json").read_text())["target"]
     accuracy = float((predicted.to_numpy() == test[target].astype(str).to_numpy()).mean())
@@ -293,7 +293,7 @@ def registry_consistent(ws: Workspace) -> list[str]:
     champion = versions.get(int(model.aliases.get("champion", -1)))
     if champion is None:
         return [*problems, "no champion"]
-    test_hash = sha256_files([ws.root / "data/splits/test.parquet"])
+    test_hash = sha256_files(test_files(ws.root))
     comparable = {
         n: float(v.tags["metric.accuracy"]) for n, v in versions.items() if v.tags.get("test_data_hash") == test_hash
     }
@@ -309,10 +309,9 @@ def registry_consistent(ws: Workspace) -> list[str]:
 
 def rescored_accuracy(ws: Workspace, uri: str) -> float:
     import mlflow
-    import pandas as pd
 
     mlflow.set_tracking_uri(ws.env["MLFLOW_TRACKING_URI"])
-    test = pd.read_parquet(ws.root / "data/splits/test.parquet")
+    test = read_test(ws.root)
     target = json.loads((ws.root / "data/splits/schema.json").read_text())["target"]
     predicted = mlflow.pyfunc.load_model(uri).predict(test.drop(columns=[target]))["prediction"].astype(str)
     return float((predicted.to_numpy() == test[target].astype(str).to_numpy()).mean())
@@ -385,3 +384,21 @@ INVARIANTS = {
     "nothing left running": nothing_left_running,
     "DVC cache pushes and pulls": cache_pushes_and_pulls,
 }
+
+
+def test_files(root: Path) -> list[Path]:
+    """The files that hold the test split: its own, or (streamed) the linked table and each row's split."""
+    own = root / "data/splits/test.parquet"
+    return [own] if own.is_file() else [root / "data/splits/table.parquet", root / "data/splits/rows.npy"]
+
+
+def read_test(root: Path) -> Any:
+    """The test split, read without trainflow: its file, or the rows of the linked table that rows.npy marks 2."""
+    import numpy as np
+    import pandas as pd
+
+    files = test_files(root)
+    if len(files) == 1:
+        return pd.read_parquet(files[0])
+    whole = pd.read_parquet(files[0]).drop(columns=["__row_key__"])
+    return whole[np.load(files[1]) == 2].reset_index(drop=True)
