@@ -15,13 +15,16 @@ import base64
 import html
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from trainflow.gate import MINIMIZE, Scored, per_row, resampled
 from trainflow.paths import SPLITS, Paths
+
+if TYPE_CHECKING:
+    from trainflow.data.stream import Split
 
 CI_RESAMPLES = 2000
 CALIBRATION_BINS = 10
@@ -150,7 +153,7 @@ def sections(
     return out
 
 
-def _rows(split: Any) -> int:
+def _rows(split: Split) -> int:
     return len(split) if split.exists() else 0
 
 

@@ -308,8 +308,9 @@ class Split:
 
     def read_columns(self, columns: list[str]) -> pd.DataFrame:
         """These columns of every row, read a block of rows at a time (never the file's whole column)."""
-        schema = self._schema(columns)
-        return _frame(list(self._selected(data_rows(self.path), columns)), schema)
+        return pa.Table.from_batches(
+            list(self._selected(data_rows(self.path), columns)), self._schema(columns)
+        ).to_pandas()
 
     def batches(self, rows: int, columns: list[str]) -> Iterator[pd.DataFrame]:
         """These columns as frames of `rows` rows (the last one shorter), in table order, read as needed."""
@@ -345,10 +346,6 @@ class Split:
                     yield batch
                 elif keep.any():
                     yield batch.filter(pa.array(keep))
-
-
-def _frame(batches: list[pa.RecordBatch], schema: pa.Schema) -> pd.DataFrame:
-    return pa.Table.from_batches(batches, schema).to_pandas()
 
 
 def as_split(source: Split | Path) -> Split:
