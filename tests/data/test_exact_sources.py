@@ -5,6 +5,7 @@ the csv/json modules and pyarrow's own reads."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -1255,7 +1256,15 @@ def test_record_chunks_by_hand(tmp_path: Path) -> None:
     assert chunks(True, 1000) == [(0, b'a,b\n1,"x\ny"\n2,z\n')]
     assert chunks(True, 1) == [(0, b"a,b\n"), (4, b'1,"x\ny"\n'), (12, b"2,z\n")]
     tail = write(tmp_path, "t.csv", b"a\nbc")
-    assert [(s, bytes(d)) for s, d in sources._record_chunks(tail, True, 100)] == [(0, b"a\n"), (2, b"bc")]
+    assert [(s, bytes(d)) for s, d in sources._record_chunks(tail, True, 100)] == [(0, b"a\nbc")]  # the end: whole
+    assert [(s, bytes(d)) for s, d in sources._record_chunks(tail, True, 3)] == [(0, b"a\n"), (2, b"bc")]
+    digest = hashlib.sha256()
+    pieces = [bytes(d) for _, d in sources._record_chunks(path, True, 6, digest)]
+    assert (
+        digest.hexdigest()
+        == hashlib.sha256(b"".join(pieces)).hexdigest()
+        == hashlib.sha256(path.read_bytes()).hexdigest()
+    )
     empty = write(tmp_path, "e.csv", b"")
     assert list(sources._record_chunks(empty, True, 10)) == []
     none = write(tmp_path, "n.csv", b"abcdefgh")
