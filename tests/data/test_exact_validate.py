@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -21,6 +22,7 @@ from trainflow.data import validate as v
 from trainflow.data.schema import ROW_KEY, Schema
 from trainflow.data.spill import ColumnSpill, SpilledFrame
 from trainflow.errors import DataError
+from trainflow.io import parquet_options
 from trainflow.params import DataParams
 
 SRC = "data/raw/f.csv"
@@ -1188,8 +1190,52 @@ def test_a_spilled_table_is_typed_as_the_in_memory_one(tmp_path: Path) -> None:
     )
     assert out["x"].tolist()[:2] == [1.0, 2.0] and out["b"].tolist() == [True, False, False]
     assert pd.read_parquet(tmp_path / "spilled.parquet").columns[-1] == ROW_KEY
-    # the typed columns, not the row keys: hashed as the table is written
-    assert sorted(p.name for p in (tmp_path / "spill" / "typed").iterdir()) == [f"{i}.arrow" for i in range(7)]
+    # the typed columns, not the row keys (hashed as the table is written), nor x: read from the raw spill again
+    assert s_out.store.linked == {"x": "x"}
+    assert sorted(p.name for p in (tmp_path / "spill" / "typed").iterdir()) == [f"{i}.arrow" for i in range(1, 7)]
+
+
+def test_linked_numeric_columns_are_written_as_the_in_memory_table(tmp_path: Path) -> None:
+    """A numeric column typed as it was read (its float64 values) is not spilled again but read back from the raw
+    spill (`ColumnSpill.link`), converted as pandas' floats are written: NaN as null, integers to the nearest float64
+    (2**53 + 1 and 2**64 - 1 are not floats), float32 widened. Read in pieces that no batch of 2 rows lines up with."""
+    frame = pd.DataFrame(
+        {
+            "f": [1.5, np.nan, -0.0, 2.5, np.inf * 0, 7.25, 1e300],  # NaN values, not nulls, in the source
+            "i": [2**53 + 1, 3, -(2**62), 5, 6, 7, 8],
+            "n": pd.array([1, None, 3, None, 5, 6, 7], dtype="Int64"),
+            "h": np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7], dtype=np.float32),
+            "u": np.array([2**64 - 1, 1, 2, 3, 4, 5, 6], dtype=np.uint64),
+            "y": ["a", "b", "a", "b", "a", "b", "a"],
+        }
+    )
+
+    def file() -> pa.Table:  # the table as a file holds it, with NaN values in f (pyarrow would make them nulls)
+        table = pa.Table.from_pandas(frame, preserve_index=False).replace_schema_metadata(None)
+        return table.set_column(0, "f", pa.array(frame["f"].tolist(), pa.float64()))
+
+    source = file()
+    d = P(missing="impute")
+    schema, out = v.infer_schema(T(spill.to_pandas(file())), d, None)  # the frame as the reader gives it
+    assert isinstance(out, pd.DataFrame)
+    out.to_parquet(tmp_path / "memory.parquet", index=False, **parquet_options(out))
+    parts = []
+    assert source.column("f").null_count == 0 and pc.is_nan(source.column("f")).to_pylist().count(True) == 2
+    for k, (lo, hi) in enumerate([(0, 1), (1, 4), (4, 7)]):  # chunk files of 1, 3 and 3 rows
+        parts.append(tmp_path / f"part-{k}.parquet")
+        pq.write_table(source.slice(lo, hi - lo), parts[-1])
+    types = {f.name: f.type for f in source.schema}
+    raw = SpilledFrame(tmp_path / "spill", [parts], list(frame.columns), types, {}, len(frame), ["src.parquet"])
+    raw.batch_rows = 2
+    s_schema, s_out = v.infer_schema(T(raw), d, None)
+    assert isinstance(s_out, v.SpilledTable) and s_schema == schema
+    assert s_out.store.linked == {c: c for c in "finhu"}
+    s_out.to_parquet(tmp_path / "spilled.parquet")
+    got, want = pq.read_table(tmp_path / "spilled.parquet"), pq.read_table(tmp_path / "memory.parquet")
+    assert got.equals(want, check_metadata=True)
+    assert got.column("f").null_count == 2 and got.column("i")[0].as_py() == float(2**53 + 1) == 2.0**53
+    assert [len(g) for g in s_out.store.batches("n")] == [2, 2, 2, 1]
+    pd.testing.assert_series_equal(s_out.store.series("u"), pd.Series(frame["u"].to_numpy(np.float64), name="u"))
 
 
 def test_a_spilled_table_keeps_every_row_when_nothing_is_dropped(tmp_path: Path) -> None:

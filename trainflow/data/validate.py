@@ -86,11 +86,15 @@ class _Column:
     id_like: str | None = None  # a feature: why it looks like a row id (`_id_like`)
     store: ColumnSpill | None = None  # where the values are once spilled
     codes: np.ndarray | None = None  # categorical: each row's index into `values` (-1: missing)
+    raw: Any = None  # the frame label of the raw column whose values, as float64, these are
 
     def spill(self, store: ColumnSpill) -> None:
-        """Write the values to `store` and let go of them (a table bigger than memory: one column at a time)."""
+        """Write the values to `store` and let go of them (a table bigger than memory: one column at a time). A
+        numeric column that is its raw column as float64 is not written: the store reads the raw spill again."""
         if self.codes is not None:
             store.put_coded(self.name, self.codes, list(self.values))
+        elif self.raw is not None and store.linkable(self.raw):
+            store.link(self.name, self.raw)
         else:
             store.put(self.name, _series(self.values))
         self.values, self.codes, self.store = None, None, store
@@ -135,7 +139,7 @@ def infer_schema(
     A table read a column at a time (`spill.SpilledFrame`) is typed a column at a time by the same code, each typed
     column written to a spill beside it, and returned as a `SpilledTable` that writes the same Parquet file."""
     frame = table.frame
-    store = ColumnSpill(frame.folder / "typed", frame.batch_rows) if isinstance(frame, SpilledFrame) else None
+    store = ColumnSpill(frame.folder / "typed", frame.batch_rows, frame) if isinstance(frame, SpilledFrame) else None
     columns = _check_columns(table, d)
     image: str | None = getattr(table, "image_column", None)
     features = _features(table, d, columns, image)
@@ -551,7 +555,9 @@ def _column(table: Table, d: DataParams, label: Any) -> _Column:
         col = _Column(name, "boolean", s.array if dtype == "boolean" else pd.array(s, dtype="boolean"))
     elif is_numeric_dtype(dtype):
         values = s.to_numpy() if dtype == np.float64 else s.to_numpy(dtype=np.float64, na_value=np.nan)
-        return _numeric(table, d, name, values)
+        col = _numeric(table, d, name, values)
+        col.raw = label  # values as read, as float64 (numeric, or entirely missing)
+        return col
     elif is_datetime64_any_dtype(dtype):
         return _datetime(table, d, name, s)
     else:  # str, categorical and anything else: decide from the values as text
