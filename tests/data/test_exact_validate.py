@@ -1191,7 +1191,7 @@ def test_a_spilled_table_is_typed_as_the_in_memory_one(tmp_path: Path) -> None:
     assert out["x"].tolist()[:2] == [1.0, 2.0] and out["b"].tolist() == [True, False, False]
     assert pd.read_parquet(tmp_path / "spilled.parquet").columns[-1] == ROW_KEY
     # the typed columns, not the row keys (hashed as the table is written), nor x: read from the raw spill again
-    assert s_out.store.linked == {"x": "x"}
+    assert s_out.store.linked == {"x": ("x", False)}  # its NaN a null in the file (pyarrow.Table.from_pandas)
     assert sorted(p.name for p in (tmp_path / "spill" / "typed").iterdir()) == [f"{i}.arrow" for i in range(1, 7)]
 
 
@@ -1229,7 +1229,7 @@ def test_linked_numeric_columns_are_written_as_the_in_memory_table(tmp_path: Pat
     raw.batch_rows = 2
     s_schema, s_out = v.infer_schema(T(raw), d, None)
     assert isinstance(s_out, v.SpilledTable) and s_schema == schema
-    assert s_out.store.linked == {c: c for c in "finhu"}
+    assert s_out.store.linked == {c: (c, c == "f") for c in "finhu"}  # only f holds NaN values: searched for them
     s_out.to_parquet(tmp_path / "spilled.parquet")
     got, want = pq.read_table(tmp_path / "spilled.parquet"), pq.read_table(tmp_path / "memory.parquet")
     assert got.equals(want, check_metadata=True)

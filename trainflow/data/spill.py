@@ -100,6 +100,7 @@ class SpilledFrame:
         self.replaced, self.shown = replaced, shown
         self.shape = (rows, len(columns))
         self.batch_rows = BATCH_ROWS  # rows per record batch of the typed columns (fewer for images: their bytes)
+        self.nulls: dict[str, int] = {}  # a column's nulls, known once it was read whole (`arrow`)
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -119,7 +120,9 @@ class SpilledFrame:
                             f"combined with the other files' {self.types[name]} ({exc})"
                         ) from None
                 chunks.extend(column.chunks)
-        return pa.chunked_array(chunks, type=self.types[name])
+        whole = pa.chunked_array(chunks, type=self.types[name])
+        self.nulls[name] = whole.null_count
+        return whole
 
     def linkable(self, name: str) -> bool:
         """Whether `pieces` gives the column: read from its files a piece at a time (not typed again over a whole file,
@@ -139,7 +142,7 @@ class SpilledFrame:
                     file = pq.ParquetFile(path, pre_buffer=False)
                     arrays = (b.column(0) for b in file.iter_batches(batch_size=BATCH_ROWS, columns=[name]))
                 for array in arrays:
-                    yield array.cast(self.types[name])
+                    yield array if array.type == self.types[name] else array.cast(self.types[name])
 
     def __getitem__(self, name: str) -> pd.Series:
         column = self.arrow(name)
@@ -207,7 +210,7 @@ class ColumnSpill:
         self.batch_rows = batch_rows or BATCH_ROWS  # rows per record batch, the same in every column
         folder.mkdir(parents=True, exist_ok=True)
         self.names: list[str] = []
-        self.linked: dict[str, str] = {}  # column -> its raw column in `raw`
+        self.linked: dict[str, tuple[str, bool]] = {}  # column -> its raw column in `raw`, whether it holds NaNs
 
     def _path(self, name: str) -> Path:
         return self.folder / f"{self.names.index(name)}.arrow"
@@ -216,13 +219,17 @@ class ColumnSpill:
         """Whether a column that is `raw`'s column raw_name as float64 can be linked to it, not written."""
         return self.raw is not None and self.raw.linkable(raw_name)
 
-    def link(self, name: str, raw_name: str) -> None:
-        """Store column `name` as the float64 values of `raw`'s column raw_name (`linkable`), as `put` stores them
-        (a NaN becomes a null, as pyarrow converts pandas' floats), without writing them."""
+    def link(self, name: str, raw_name: str, values: np.ndarray) -> None:
+        """Store column `name`, whose `values` are the float64 values of `raw`'s column raw_name (`linkable`), as
+        `put` stores them (a NaN becomes a null, as pyarrow converts pandas' floats), without writing them. Only where
+        the raw column holds NaN values besides its nulls (a Parquet or JSON source can) is each batch searched for
+        them."""
+        assert self.raw is not None
         if name not in self.names:
             self.names.append(name)
         self._path(name).unlink(missing_ok=True)  # a rerun's spill: this column's earlier file
-        self.linked[name] = raw_name
+        nulls = self.raw.nulls.get(raw_name)
+        self.linked[name] = (raw_name, nulls is None or int(np.count_nonzero(np.isnan(values))) != nulls)
 
     def _schema(self, name: str) -> pa.Schema:
         if name in self.linked:
@@ -239,12 +246,15 @@ class ColumnSpill:
                     yield pa.Table.from_batches([reader.get_batch(i)])
             return
         assert self.raw is not None
-        schema = self._schema(name)
-        for pieces in _rebatch(self.raw.pieces(self.linked[name]), self.batch_rows):
-            values = pa.chunked_array(pieces).cast(pa.float64(), safe=False)  # as numpy converts integers: the nearest
-            nan = pc.is_nan(values)
-            if pc.any(nan).as_py():
-                values = pc.if_else(nan, pa.scalar(None, pa.float64()), values)
+        schema, (raw_name, nans) = self._schema(name), self.linked[name]
+        for pieces in _rebatch(self.raw.pieces(raw_name), self.batch_rows):
+            values = pa.chunked_array(pieces)
+            if values.type != pa.float64():
+                values = values.cast(pa.float64(), safe=False)  # as numpy converts integers: to the nearest float64
+            if nans:
+                nan = pc.is_nan(values)
+                if pc.any(nan).as_py():
+                    values = pc.if_else(nan, pa.scalar(None, pa.float64()), values)
             yield pa.Table.from_arrays([values], schema=schema)
 
     def put(self, name: str, values: Any) -> None:

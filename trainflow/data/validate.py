@@ -94,7 +94,7 @@ class _Column:
         if self.codes is not None:
             store.put_coded(self.name, self.codes, list(self.values))
         elif self.raw is not None and store.linkable(self.raw):
-            store.link(self.name, self.raw)
+            store.link(self.name, self.raw, self.values)
         else:
             store.put(self.name, _series(self.values))
         self.values, self.codes, self.store = None, None, store
