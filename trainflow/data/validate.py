@@ -6,8 +6,9 @@ names the file, line and column (via `table.where`) and what to change. The succ
 per-value Python runs only over a column's distinct values or to build an error message.
 
 Every check reads one whole column at a time, so a source bigger than memory (`spill.SpilledFrame`) goes through the
-same code: each typed column is written to a spill as soon as it is made, and the table comes back as a
-`SpilledTable` that writes the same Parquet file as the in-memory frame.
+same code: each typed column is written to a spill as soon as it is made (a numeric column typed as read is linked to
+the raw spill instead, `ColumnSpill.link`), and the table comes back as a `SpilledTable` that writes the same Parquet
+file as the in-memory frame.
 """
 
 from __future__ import annotations
