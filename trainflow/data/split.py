@@ -150,13 +150,17 @@ class Assignment:
         if not path.is_file():
             return None
         try:
-            table = pq.read_table(path)
-            metadata = table.schema.metadata or {}
+            file = pq.ParquetFile(path)
+            metadata = file.schema_arrow.metadata or {}
             settings = json.loads(metadata[b"trainflow"])
-            keys = table.column("key").to_numpy().astype(np.uint64)
-            split = table.column("split").to_numpy().astype(np.int8)
-            has_since = "since" in table.column_names
-            since = table.column("since").to_numpy().astype(np.int32) if has_since else np.zeros(len(keys), np.int32)
+
+            def column(name: str, dtype: type) -> np.ndarray:  # one column's Arrow copy held at a time, not the file's
+                return np.asarray(file.read(columns=[name]).column(0).to_numpy(), dtype=dtype)
+
+            keys = column("key", np.uint64)
+            split = column("split", np.int8)
+            has_since = "since" in file.schema_arrow.names
+            since = column("since", np.int32) if has_since else np.zeros(len(keys), np.int32)
             generation = int(metadata.get(b"generation", b"0"))
         except Exception as exc:  # noqa: BLE001 - an unreadable record only means no row is kept where it was
             print(
