@@ -171,6 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
             cmd.add_argument("--html", type=Path, help="also write the card's self-contained HTML page here")
             continue
         cmd.add_argument("--name", help="registered model name (default: register.model_name in params.yaml)")
+        if action == "list":
+            cmd.add_argument("--all", action="store_true", help="every registered model name instead, one row each")
         if action == "promote":
             cmd.add_argument("version", type=int, help="the version to make champion")
         if action != "list":
@@ -438,6 +440,11 @@ def _models(args: argparse.Namespace, paths: Paths) -> int:
     tracking.configure(paths.root)
     if args.action == "show":
         return _show_card(args)
+    if args.action == "list" and args.all:
+        if args.name:
+            raise UserError("models list: --all lists every registered model; give --name or --all, not both")
+        print(names_table(registry.registered_models()))
+        return 0
     name = args.name or load_params(paths.params).register.model_name
     if args.action == "promote":
         result = registry.promote(name, args.version, args.reason)
@@ -529,6 +536,16 @@ def models_table(name: str, versions: list[dict[str, object]]) -> str:
         rows.append(cells)
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = [f"{name}: {len(versions)} version{'s' if len(versions) != 1 else ''}"]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows]]
+    return "\n".join(lines)
+
+
+def names_table(models: list[dict[str, object]]) -> str:
+    """`trainflow models list --all`: one row per registered model name."""
+    header = ["name", "versions", "newest", "champion", "target", "task"]
+    rows = [[str(m[k]) if m[k] not in (None, "") else "-" for k in header] for m in models]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = [f"{len(models)} registered model{'s' if len(models) != 1 else ''}"]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header, *rows]]
     return "\n".join(lines)
 

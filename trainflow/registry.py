@@ -412,11 +412,49 @@ def _client_and_model(name: str) -> Any:
 
     client = MlflowClient()
     if lookup(lambda: client.get_registered_model(name), f"looking up model {name!r}", RERUN_MODELS) is None:
+        known = [m["name"] for m in registered_models(client)]
+        held = f"it holds {', '.join(map(repr, known))}" if known else "it holds no registered model yet"
         raise UserError(
-            f"no registered model {name!r} in the tracking store {mlflow.get_tracking_uri()}; register one first "
-            "(`trainflow run`), or name another with --name"
+            f"no registered model {name!r} in the tracking store {mlflow.get_tracking_uri()} ({held}); register one "
+            "first (`trainflow run`), or name another with --name (`trainflow models list --all` lists them)"
         )
     return client
+
+
+def registered_models(client: Any = None) -> list[dict[str, Any]]:
+    """Every registered model in the store, by name: how many versions, the newest, the champion, and what it
+    predicts (the KIND tags). For `trainflow models list --all` and for naming the models a mistyped --name missed."""
+    from mlflow.tracking import MlflowClient
+
+    client = client or MlflowClient()
+    found = lookup(lambda: list(_every_page(client.search_registered_models)), "listing the registered models",
+                   RERUN_MODELS)  # fmt: skip
+    out = []
+    for model in sorted(found or [], key=lambda m: m.name):
+        versions = lookup(lambda m=model: client.search_model_versions(f"name='{m.name}'"), "listing versions",
+                          RERUN_MODELS) or []  # fmt: skip
+        out.append(
+            {
+                "name": model.name,
+                "versions": len(versions),
+                "newest": max((int(v.version) for v in versions), default=None),
+                "champion": int(model.aliases[CHAMPION]) if CHAMPION in (model.aliases or {}) else None,
+                "target": model.tags.get("target", ""),
+                "task": model.tags.get("task", ""),
+            }
+        )
+    return out
+
+
+def _every_page(search: Callable[..., Any]) -> Iterator[Any]:
+    """Every result of an MLflow search that pages its answers (max_results per page, a token for the next)."""
+    token = None
+    while True:
+        page = search(max_results=1000, page_token=token)
+        yield from page
+        token = page.token
+        if not token:
+            return
 
 
 def list_versions(name: str) -> list[dict[str, Any]]:

@@ -178,11 +178,12 @@ HELP = {
         "  -h, --help            show this help message and exit\n"
     ),
     "models list": (
-        "usage: trainflow models list [-h] [--name NAME]\n"
+        "usage: trainflow models list [-h] [--name NAME] [--all]\n"
         "\n"
         "options:\n"
         "  -h, --help   show this help message and exit\n"
         "  --name NAME  registered model name (default: register.model_name in params.yaml)\n"
+        "  --all        every registered model name instead, one row each\n"
     ),
     "models promote": (
         "usage: trainflow models promote [-h] [--name NAME] [--reason REASON] version\n"

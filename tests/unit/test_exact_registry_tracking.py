@@ -805,8 +805,8 @@ def test_the_models_commands_name_what_is_missing(tmp_path: Path) -> None:
     with pytest.raises(UserError) as no_model:
         registry.list_versions("m")
     assert str(no_model.value) == (
-        f"no registered model 'm' in the tracking store {store.uri}; register one first (`trainflow run`), or name "
-        "another with --name"
+        f"no registered model 'm' in the tracking store {store.uri} (it holds no registered model yet); register "
+        "one first (`trainflow run`), or name another with --name (`trainflow models list --all` lists them)"
     )
     store.client.create_registered_model("m")
     with pytest.raises(UserError) as no_champion:
