@@ -22,7 +22,11 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     source = (tmp_path / "model").as_uri()
     # Three names, made by hand so the expected table is known without trainflow's register: "b" has 3 versions
     # and champion 2, "a" one version and no champion, "c" none.
-    for name, versions, champion, kind in (("b", 3, 2, ("y", "regression")), ("a", 1, None, None), ("c", 0, None, None)):
+    for name, versions, champion, kind in (
+        ("b", 3, 2, ("y", "regression")),
+        ("a", 1, None, None),
+        ("c", 0, None, None),
+    ):
         client.create_registered_model(name)
         for _ in range(versions):
             client.create_model_version(name, source)
