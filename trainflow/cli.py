@@ -395,6 +395,16 @@ def _tune(args: argparse.Namespace, paths: Paths) -> int:
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
             raise UserError(f"--{flag} must be at least 1, not {getattr(args, flag)}")
     tune.check_overrides(args.overrides)
+    if args.apply and not args.deployment:
+        # `--apply` alone, after a sweep run with -S: the study was measured under those -S and refuses other params,
+        # so it is reopened with them (they are not written into params.yaml: only the best trial's values are).
+        found = tune.recorded(load_params(paths.params), paths)
+        if found is not None and found[0] and not args.overrides:
+            args.overrides = found[0]
+            print(f"tune --apply: study {load_params(paths.params).tune.study!r} was run with -S "
+                  f"{' -S '.join(found[0])}; reopened with them", file=sys.stderr)  # fmt: skip
+        if found is not None and args.trials is None:
+            args.trials = found[1]  # every trial it holds, none added
     params = load_params(paths.params, args.overrides)
     if args.deployment:
         from flows.sweep import sweep
@@ -410,7 +420,9 @@ def _tune(args: argparse.Namespace, paths: Paths) -> int:
         print(json.dumps(result, indent=2, default=str))
         return 0
     prepare_data(paths)
-    result = tune.run(params, paths, trials=args.trials, workers=args.workers, apply=args.apply)
+    result = tune.run(
+        params, paths, trials=args.trials, workers=args.workers, apply=args.apply, overrides=args.overrides
+    )
     print(json.dumps(result, indent=2, default=str))
     return 0
 

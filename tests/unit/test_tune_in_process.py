@@ -1509,3 +1509,29 @@ def test_local_workers_each_get_their_share_of_the_cores_and_the_study_on_stdin(
     assert [json.loads(w["stdin"].getvalue()) for w in started] == [
         {"root": str(tmp_path), "params": {"seed": 7}, "budget": 6}
     ] * 2
+
+
+def test_apply_alone_after_a_sweep_with_s_reopens_the_study_with_its_s_and_adds_no_trial(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """README's `trainflow tune -S train.epochs=10 --trials 30` then `trainflow tune --apply`: the second command has
+    no -S, and a study refuses other params than it was run with, so --apply alone refused unless the -S were repeated.
+    The study records them; --apply alone reopens it with them, applies its best trial, and runs nothing more."""
+    from trainflow import cli
+
+    monkeypatch.chdir(project)
+    monkeypatch.setattr(cli, "prepare_data", lambda paths: None)  # the splits are made (no DVC in this project)
+    fake_training(monkeypatch, [{"update": 1, "val_loss": 0.5}], best=1)
+    assert cli.main(["tune", "-S", "train.epochs=2", "--trials", "3", "--workers", "1"]) == 0
+    before = load_params(project / "params.yaml")
+    assert before.train.epochs == 1  # -S applies to the sweep only
+    capsys.readouterr()
+
+    assert cli.main(["tune", "--apply"]) == 0
+    out, err = capsys.readouterr()
+    assert "was run with -S train.epochs=2; reopened with them" in err
+    result = json.loads(out)
+    assert result["trials"] == 3 and result["states"] == {"complete": 3}  # its 3 trials, none added, none run
+    applied = load_params(project / "params.yaml")
+    assert applied.register.tags["tune_trial"] == str(result["best"]["trial"])
+    assert applied.train.epochs == 1  # the sweep's -S are not written: only the best trial's values are

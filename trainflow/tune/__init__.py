@@ -68,12 +68,36 @@ def hashes(params: PipelineParams, paths: Paths) -> tuple[str, str]:
     return data_hash(paths), sha256_json([code_hash(), model_code_hash(params, paths.root)])
 
 
+def recorded(params: PipelineParams, paths: Paths) -> tuple[list[str], int] | None:
+    """(the -S overrides study `tune.study` was started with, its number of trials), or None where it does not exist
+    yet (or runs on Ray, which keeps no such record). `trainflow tune --apply` alone reopens a study with them: its
+    trials were measured under them, and a study refuses other params."""
+    import optuna
+
+    from trainflow.tune.study import OVERRIDES, storage
+
+    if params.tune.backend != "optuna":
+        return None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        study = optuna.load_study(study_name=params.tune.study, storage=storage(params.tune.storage, paths.root))
+    except KeyError:  # no such study
+        return None
+    return list(study.user_attrs.get(OVERRIDES, [])), len(study.get_trials(deepcopy=False))
+
+
 def run(
-    params: PipelineParams, paths: Paths, trials: int | None = None, workers: int | None = None, apply: bool = False
+    params: PipelineParams,
+    paths: Paths,
+    trials: int | None = None,
+    workers: int | None = None,
+    apply: bool = False,
+    overrides: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Run the study to its budget with `workers` local processes, write reports/tune/, optionally apply the best."""
+    """Run the study to its budget with `workers` local processes, write reports/tune/, optionally apply the best.
+    `overrides`: the -S the params were loaded with, recorded in a new study (`recorded`)."""
     from trainflow.tune import results
-    from trainflow.tune.study import open_study, say, stale
+    from trainflow.tune.study import OVERRIDES, open_study, say, stale
 
     budget, workers = trials or params.tune.trials, workers or params.tune.workers
     check(params, paths)
@@ -85,6 +109,8 @@ def run(
     else:
         data, code = hashes(params, paths)
         s = open_study(params, paths.root, budget, data, code, on_create=parent_run(params, paths.root))
+        if OVERRIDES not in s.study.user_attrs:
+            s.study.set_user_attr(OVERRIDES, list(overrides or []))
         ended = s.terminal()
         say(
             f"study {s.name!r}: {ended}/{budget} trials ended; {workers} worker(s); optimising {s.metric} "

@@ -48,6 +48,7 @@ CREATOR = "trainflow.creator"  # study user attr: the process setting the study 
 IDENTITY = "trainflow.identity"  # study user attr: what every trial of the study shares (params, data, code)
 PARENT_RUN = "trainflow.mlflow_parent_run_id"
 PARENT_KEY = "trainflow.mlflow_parent_run_key"  # recorded before the parent run starts (trainflow.tune.runs)
+OVERRIDES = "trainflow.overrides"  # study user attr: the -S of the command that started it (trainflow.tune.recorded)
 
 
 def objective(params: PipelineParams) -> tuple[str, bool]:
