@@ -31,6 +31,7 @@ INDEX_NOTE = (
     ": dropped its first column: it has no header and holds a different integer in every row, the index pandas' "
     "to_csv writes by default (row labels, not data)"
 )
+QUOTED = pv.ParseOptions(newlines_in_values=True)
 IMAGE_KINDS = ".bmp, .gif, .jpeg, .jpg, .png, .tif, .tiff, .webp"
 
 
@@ -1248,7 +1249,8 @@ def test_record_chunks_by_hand(tmp_path: Path) -> None:
     path = write(tmp_path, "x.csv", b'a,b\n1,"x\ny"\n2,z\n')
 
     def chunks(quoted: bool, size: int) -> list[tuple[int, bytes]]:
-        return [(start, bytes(data)) for start, data in sources._record_chunks(path, quoted, size)]
+        parse = pv.ParseOptions(newlines_in_values=True) if quoted else None
+        return [(start, bytes(data)) for start, data in sources._record_chunks(path, parse, size)]
 
     assert chunks(True, 8) == [(0, b"a,b\n"), (4, b'1,"x\ny"\n'), (12, b"2,z\n")]
     assert chunks(True, 6) == [(0, b"a,b\n"), (4, b'1,"x\ny"\n2,z\n')]  # the piece grows to a record's end
@@ -1256,19 +1258,19 @@ def test_record_chunks_by_hand(tmp_path: Path) -> None:
     assert chunks(True, 1000) == [(0, b'a,b\n1,"x\ny"\n2,z\n')]
     assert chunks(True, 1) == [(0, b"a,b\n"), (4, b'1,"x\ny"\n'), (12, b"2,z\n")]
     tail = write(tmp_path, "t.csv", b"a\nbc")
-    assert [(s, bytes(d)) for s, d in sources._record_chunks(tail, True, 100)] == [(0, b"a\nbc")]  # the end: whole
-    assert [(s, bytes(d)) for s, d in sources._record_chunks(tail, True, 3)] == [(0, b"a\n"), (2, b"bc")]
+    assert [(s, bytes(d)) for s, d in sources._record_chunks(tail, QUOTED, 100)] == [(0, b"a\nbc")]  # the end: whole
+    assert [(s, bytes(d)) for s, d in sources._record_chunks(tail, QUOTED, 3)] == [(0, b"a\n"), (2, b"bc")]
     digest = hashlib.sha256()
-    pieces = [bytes(d) for _, d in sources._record_chunks(path, True, 6, digest)]
+    pieces = [bytes(d) for _, d in sources._record_chunks(path, QUOTED, 6, digest)]
     assert (
         digest.hexdigest()
         == hashlib.sha256(b"".join(pieces)).hexdigest()
         == hashlib.sha256(path.read_bytes()).hexdigest()
     )
     empty = write(tmp_path, "e.csv", b"")
-    assert list(sources._record_chunks(empty, True, 10)) == []
+    assert list(sources._record_chunks(empty, QUOTED, 10)) == []
     none = write(tmp_path, "n.csv", b"abcdefgh")
-    assert [(s, bytes(d)) for s, d in sources._record_chunks(none, True, 3)] == [(0, b"abcdefgh")]
+    assert [(s, bytes(d)) for s, d in sources._record_chunks(none, QUOTED, 3)] == [(0, b"abcdefgh")]
 
 
 def test_read_range(tmp_path: Path) -> None:
@@ -1304,7 +1306,7 @@ def test_typed_whole(tmp_path: Path) -> None:
     path = write(tmp_path, "x.csv", ',n,s\n0,1,"a\nb"\n1,NA,c\n2,2.5,\n3,4,"d"\n')
     d = params()
     options = sources._csv_options(path, "csv", ",", d)
-    ranges = [(s, s + len(b)) for s, b in sources._record_chunks(path, True, 10)]
+    ranges = [(s, s + len(b)) for s, b in sources._record_chunks(path, QUOTED, 10)]
     assert len(ranges) > 2
     raw = ["", "n", "s"]
     n = sources._typed_whole(path, ranges, options, raw, 1, "n")
@@ -1701,7 +1703,7 @@ def test_typed_whole_takes_only_the_na_spellings_of_the_schema_as_missing(tmp_pa
     """pyarrow's own default null spellings (-nan, 1.#IND) are values here, as in the in-memory read."""
     path = write(tmp_path, "x.csv", "m,k\n1,a\n-nan,b\n2.5,c\n1.#IND,d\n?,e\n")
     options = sources._csv_options(path, "csv", ",", params())
-    ranges = [(s, s + len(b)) for s, b in sources._record_chunks(path, True, 8)]
+    ranges = [(s, s + len(b)) for s, b in sources._record_chunks(path, QUOTED, 8)]
     whole = sources._typed_whole(path, ranges, options, ["m", "k"], 0, "m")
     assert whole.schema == pa.schema([pa.field("m", pa.string())])
     assert whole.column(0).to_pylist() == ["1", "-nan", "2.5", "1.#IND", None]

@@ -247,8 +247,14 @@ def _stream_choice(files: list[Path], fmt: str, d: DataParams) -> tuple[bool, st
     held = f"read into memory although over data.memory_budget_mb {budget:,.0f} ({what})"
     if d.image_column is not None:
         return False, f"{held}: a table of images (data.image_column) is read whole, then its images spilled"
-    if fmt == "jsonl" and not _lines_are_bytes(d.encoding):
-        return False, f"{held}: jsonl in {d.encoding} is not streamed (its line breaks are not the byte \\n)"
+    if fmt in TEXT_FORMATS and not _own_bytes(d.encoding, "\n"):
+        return False, f"{held}: {fmt} in {d.encoding} is not streamed (its line breaks are not the byte \\n)"
+    delimiter = d.delimiter or ("\t" if fmt == "tsv" else ",")
+    if fmt in ("csv", "tsv") and not _own_bytes(d.encoding, delimiter + ('"' if _quoted(fmt, d) else "")):
+        return False, (
+            f"{held}: {fmt} in {d.encoding} is not streamed (other characters hold the byte of its delimiter "
+            f"{delimiter!r}{' or quote' if _quoted(fmt, d) else ''})"
+        )
     return True, f"read a column at a time from a spill on disk ({what}, over data.memory_budget_mb {budget:,.0f})"
 
 
@@ -399,7 +405,7 @@ def _csv_options(path: Path, fmt: str, delimiter: str, d: DataParams) -> _CsvOpt
         column_names=names,
         autogenerate_column_names=not d.header and names is None,
     )
-    quoted = d.quoting == "double" or (d.quoting == "auto" and fmt == "csv")
+    quoted = _quoted(fmt, d)
     if not quoted:
         _UNQUOTED.add(path)  # the csv-module scans that locate lines for error messages must agree
     parse_options = pv.ParseOptions(
@@ -409,6 +415,11 @@ def _csv_options(path: Path, fmt: str, delimiter: str, d: DataParams) -> _CsvOpt
         null_values=NA_VALUES, strings_can_be_null=True, quoted_strings_can_be_null=True
     )
     return _CsvOptions(read_options, parse_options, convert_options, quoted)
+
+
+def _quoted(fmt: str, d: DataParams) -> bool:
+    """Whether a quote character guards values (delimiters and line breaks inside them)."""
+    return d.quoting == "double" or (d.quoting == "auto" and fmt == "csv")
 
 
 def _parse_csv(
@@ -474,25 +485,28 @@ CHUNK_BYTES = 64 << 20  # a streamed csv/tsv file is parsed this many bytes (who
 MEMORY_PER_BYTE = 3  # a table in memory takes about this many times its csv bytes at the peak of ingest
 
 
-def _record_chunks(path: Path, quoted: bool, chunk_bytes: int, digest: Any = None) -> Iterator[tuple[int, memoryview]]:
-    """(offset, bytes): the file in order, read once, in pieces of about `chunk_bytes` that each end after a line
-    break outside quotes (a record boundary: an even number of quote characters before it, as `""` escapes a quote
-    inside quotes). A record longer than a piece makes the piece longer. `digest` (a hashlib object) is updated with
-    each piece, here: run in a thread (`spill.ahead`), the reading, the search for a record's end and the hash are
-    done while the caller parses the piece before.
+def _record_chunks(
+    path: Path, parse: pv.ParseOptions | None, chunk_bytes: int, digest: Any = None, start: int = 0, bom: bool = False
+) -> Iterator[tuple[int, memoryview]]:
+    """(offset, bytes): the file from byte `start` (a record's start) in order, read once, in pieces of about
+    `chunk_bytes` that each end with a record: after a line break that pyarrow's csv parser, with options `parse`,
+    reads as a record's end (`_record_end`); None: after any line break (jsonl). A record longer than a piece makes the
+    piece longer. `bom`: the file starts with a UTF-8 byte order mark, which the parser skips. `digest` (a hashlib
+    object) is updated with the whole file's bytes, here: run in a thread (`spill.ahead`), the reading, the search for
+    a record's end and the hash are done while the caller parses the piece before.
 
     Each read starts at the previous piece's end (the partial record after it is read again, not copied onto the
     next read: at 60M rows, concatenating the pieces copied 8 GiB and took 9 of the ingest's 300 s)."""
-    start = 0
     with path.open("rb") as f:
+        if start and digest is not None:  # a header before the records (data.header_rows): hashed, not yielded
+            digest.update(f.read(start))
         while True:
             f.seek(start)
             data = f.read(chunk_bytes)
             end = len(data) - 1
             if len(data) == chunk_bytes:  # more may follow: end after the last whole record
-                end = data.rfind(b"\n")
-                while end >= 0 and quoted and data.count(b'"', 0, end) % 2:
-                    end = data.rfind(b"\n", 0, end)
+                first = len(UTF8_BOM) if bom and start == 0 and data.startswith(UTF8_BOM) else 0
+                end = _record_end(data, data.rfind(b"\n"), parse, first)
                 if end < 0:  # no record ends in it: read on
                     chunk_bytes *= 2
                     continue
@@ -503,6 +517,62 @@ def _record_chunks(path: Path, quoted: bool, chunk_bytes: int, digest: Any = Non
                 digest.update(piece)
             yield start, piece
             start += end + 1
+
+
+UTF8_BOM = codecs.BOM_UTF8  # pyarrow's csv reader skips it at a UTF-8 file's start
+_WINDOW = 1 << 16  # bytes before a line break searched first for the quotes that decide whether it ends a record
+
+
+def _record_end(data: bytes, end: int, parse: pv.ParseOptions | None, first: int = 0) -> int:
+    """The last line break at or before `end` (the index of a b"\\n" in `data`, or -1) that ends a record as pyarrow's
+    csv parser reads `data` from a record's start (`first`: where its first field starts, after a byte order mark);
+    -1 if none does. `parse`: the parser's options (None: every line break ends one, as in jsonl).
+
+    A line break ends a record unless it is inside a quoted value, and a quote opens a value only at the start of a
+    field (right after the delimiter, a line break or the record's start): elsewhere it is a character, as in
+    `12" pipe`. So counting the quotes before a line break is not enough; the parser's state there is found from the
+    runs of quotes before it (`_opening_quote`), a window of bytes at a time, scanned with numpy."""
+    if parse is None or not parse.newlines_in_values or parse.quote_char is False:
+        return end  # no line break inside a value
+    # trainflow never sets an escape character (`_csv_options`); one would change what a quote after it means
+    assert parse.escape_char is False, "record ends with an escape character are not modelled"
+    quote, delimiter = ord(parse.quote_char), ord(parse.delimiter)
+    while end >= 0 and (opened := _opening_quote(data, end, first, quote, delimiter, parse.double_quote)) >= 0:
+        end = data.rfind(b"\n", 0, opened)  # the value opened at `opened`: its record starts before it
+    return end
+
+
+def _opening_quote(data: bytes, end: int, first: int, quote: int, delimiter: int, double_quote: bool) -> int:
+    """Where the quoted value that holds data[end] opened, or -1 where data[end] is outside quoted values (data[first:]
+    read from a record's start).
+
+    The parser's state changes only at runs of quote characters. With double_quote (`""` is a quote inside a quoted
+    value), a run of odd length at a field's start opens a value if outside one and closes it if inside; a run of odd
+    length elsewhere closes a value or, outside one, is text: outside either way; a run of even length changes nothing
+    (an empty value `""`, escaped quotes). Without double_quote a single quote at a field's start toggles, and any
+    other run leaves the parser outside. So the state at `end` is set by the last run before it that leaves the parser
+    outside, and the runs that toggle after it: the bytes before `end` are searched back a window at a time until one
+    such run is found, or the record's start."""
+    width = _WINDOW
+    a = np.frombuffer(data, np.uint8, count=end)
+    while True:
+        lo = max(first, end - width)
+        quotes = np.flatnonzero(a[lo:end] == quote) + lo
+        if len(quotes) or lo == first:
+            heads = np.flatnonzero(np.diff(quotes, prepend=-2) != 1)  # each run's first quote, by index into quotes
+            starts = quotes[heads]
+            lengths = np.diff(heads, append=len(quotes))
+            before = a[np.maximum(starts - 1, 0)]
+            field_start = (starts == first) | (before == delimiter) | (before == 10) | (before == 13)
+            toggles = field_start & ((lengths % 2 == 1) if double_quote else (lengths == 1))
+            outside = (lengths % 2 == 1) & ~field_start if double_quote else ~toggles
+            whole = starts > lo if lo > first else np.ones(len(starts), bool)  # a run cut by the window is unknown
+            resets = np.flatnonzero(outside & whole)
+            if len(resets) or lo == first:
+                after = resets[-1] + 1 if len(resets) else 0
+                opened = np.flatnonzero(toggles[after:] & whole[after:])
+                return int(starts[after + opened[-1]]) if len(opened) % 2 else -1
+        width *= 4
 
 
 def _read_range(path: Path, start: int, end: int) -> pa.BufferReader:
@@ -534,7 +604,8 @@ def _spill_csv(path: Path, shown: str, fmt: str, delimiter: str, d: DataParams, 
     table = pa.table({})
     bar = progress(max(1, path.stat().st_size >> 20), desc=f"ingest: {shown}", unit="MiB")
     digest = hashlib.sha256()  # sources.json's hash of the file, from this read: no second one
-    with contextlib.closing(ahead(_record_chunks(path, options.quoted, CHUNK_BYTES, digest))) as chunks:
+    pieces = _record_chunks(path, options.parse, CHUNK_BYTES, digest, bom=_skips_bom(d.encoding))
+    with contextlib.closing(ahead(pieces)) as chunks:
         for k, (start, data) in enumerate(chunks):
             ranges.append((start, start + len(data)))
             bar.update(((start + len(data)) >> 20) - bar.n)
@@ -769,10 +840,28 @@ def _jsonl_fallback(path: Path, shown: str, encoding: str) -> pa.Table:
     return pa.table(columns)
 
 
-def _lines_are_bytes(encoding: str) -> bool:
-    """Whether a line break is the byte \\n and no other character holds that byte (utf-8, latin-1, cp1252, ...),
-    so that a file can be cut into whole lines as bytes."""
-    return "a\n".encode(encoding) == b"a\n" and codecs.lookup(encoding).name not in ("utf-7",)
+def _skips_bom(encoding: str) -> bool:
+    """Whether pyarrow's csv reader skips a UTF-8 byte order mark at the start of a file in `encoding`."""
+    return codecs.lookup(encoding).name in ("utf-8", "utf-8-sig")
+
+
+@functools.cache
+def _own_bytes(encoding: str, chars: str) -> bool:
+    """Whether each of `chars` (ASCII: the line break, and a csv's delimiter and quote) is written in `encoding` as its
+    own ASCII byte, and no other character's bytes hold one of those bytes: then a file can be cut into records as
+    bytes. So it is in utf-8, latin-1, cp1252 and the like; not in utf-16 or utf-32 (a line break is 2 or 4 bytes),
+    utf-7 (other characters are base64 runs), nor where a double-byte character ends in one of them (shift_jis with a
+    '|' delimiter). The cost: an encode of the Basic Multilingual Plane, once per encoding."""
+    try:
+        encoder = codecs.getincrementalencoder(encoding)()
+        encoder.encode("a")  # a byte order mark, where the encoding writes one, comes before the first character
+        if codecs.lookup(encoding).name == "utf-7" or any(encoder.encode(c) != c.encode("ascii") for c in chars):
+            return False
+    except (LookupError, UnicodeError):
+        return False
+    others = "".join(chr(p) for p in range(0x10000) if not 0xD800 <= p < 0xE000 and chr(p) not in chars)
+    written = others.encode(encoding, errors="ignore")  # the characters it has
+    return not any(c.encode("ascii") in written for c in chars)
 
 
 def _spill_jsonl(path: Path, shown: str, encoding: str, folder: Path, f: int, notes: list[str]) -> _SpilledFile:
@@ -788,7 +877,7 @@ def _spill_jsonl(path: Path, shown: str, encoding: str, folder: Path, f: int, no
     names: dict[str, None] = {}
     rows, line = 0, 1
     bar = progress(max(1, path.stat().st_size >> 20), desc=f"ingest: {shown}", unit="MiB")
-    for k, (start, data) in enumerate(_record_chunks(path, False, CHUNK_BYTES)):
+    for k, (start, data) in enumerate(_record_chunks(path, None, CHUNK_BYTES)):
         bar.update(((start + len(data)) >> 20) - bar.n)
         lines = int(np.count_nonzero(np.frombuffer(data, np.uint8) == 10))
         try:
