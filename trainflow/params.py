@@ -19,7 +19,9 @@ from trainflow.errors import ParamsError
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+    # coerce_numbers_to_str: a column named 1 is the text "1" (`-S data.target=1` is YAML's integer 1, as is
+    # `target: 1` in params.yaml); without it pydantic answers "Input should be a valid string".
+    model_config = ConfigDict(extra="forbid", validate_default=True, coerce_numbers_to_str=True)
 
 
 # digits_images: the digits as 8x8 grayscale images (pixel values 0..16), for the cnn.
