@@ -192,6 +192,38 @@ def test_tsv_several_files_and_parquet_sources_stream_to_the_same_table(
     assert_same_ingest(*ingest_both(tmp_path / "pq", monkeypatch, parquet, "data/raw/t.parquet", []))
 
 
+def test_a_parquet_column_of_nan_values_streams_to_the_nulls_the_in_memory_ingest_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NaN values (not nulls: pyarrow keeps them apart, pandas does not) in a Parquet source's float and float32
+    columns, besides nulls: a linked column is read from the source again and must be searched for them a batch at a
+    time. The reference: pyarrow's whole read of the source, a null wherever the value is null or NaN."""
+    rng = np.random.default_rng(4)
+    n = 1500
+    x = rng.normal(0, 1, n)
+    x[rng.random(n) < 0.1] = np.nan
+    mask = rng.random(n) < 0.05
+    source = pa.table({
+        "x": pa.array(x, mask=mask),  # NaN values and nulls
+        "h": pa.array(np.where(np.arange(n) % 301 == 7, np.nan, rng.normal(0, 1, n)).astype(np.float32)),
+        "i": pa.array(rng.integers(0, 9, n)),
+        "label": pa.array(rng.choice(["spam", "ham"], n)),
+    })  # fmt: skip
+    assert pa.compute.sum(pa.compute.is_nan(source.column("x"))).as_py() > 100 and source.column("x").null_count > 10
+
+    def parquet(root: Path) -> None:
+        pq.write_table(source, root / "data/raw/t.parquet", row_group_size=256)
+
+    memory, streamed = ingest_both(tmp_path, monkeypatch, parquet, "data/raw/t.parquet", [])
+    assert_same_ingest(memory, streamed)
+    written = pq.read_table(streamed.table)
+    for name in ("x", "h", "i"):
+        whole = pq.read_table(memory.root / "data/raw/t.parquet").column(name).cast(pa.float64())
+        missing = pa.compute.or_kleene(pa.compute.is_null(whole), pa.compute.is_nan(whole)).fill_null(True)
+        assert written.column(name).is_null().equals(missing), name
+        assert written.column(name).drop_null().equals(whole.filter(pa.compute.invert(missing))), name
+
+
 def test_ingest_takes_arrow_buffers_from_jemalloc_where_pyarrow_has_it_and_gives_the_pool_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

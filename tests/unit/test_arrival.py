@@ -58,6 +58,23 @@ def test_a_byte_identical_file_adds_nothing_whatever_its_name(project: Paths, tm
     assert sorted(p.name for p in (project.root / "data/raw/sales").iterdir()) == ["jan.csv"]
 
 
+def test_a_file_of_the_same_size_but_other_bytes_is_new_data(project: Paths, tmp_path: Path) -> None:
+    """Only the bytes say "the same file": jan.csv's rows in another order have its size, not its content (sha256)."""
+    jan = project.root / "data/raw/sales/jan.csv"
+    lines = jan.read_text().splitlines(keepends=True)
+    shuffled = tmp_path / "jan-again.csv"
+    shuffled.write_text(lines[0] + "".join(reversed(lines[1:])))
+    assert shuffled.stat().st_size == jan.stat().st_size and arrival.sha256_of(shuffled) != arrival.sha256_of(jan)
+    [added] = arrival.add(project, [shuffled], emit=False)
+    assert (added.file, added.rows, added.new) == ("data/raw/sales/jan-again.csv", 40, True)
+    assert (project.root / added.file).read_bytes() == shuffled.read_bytes()
+    clash = tmp_path / "jan.csv"  # the same name, size and other bytes: a clash, not "already there"
+    clash.write_text(lines[0] + "".join(lines[2:]) + lines[1])
+    assert clash.stat().st_size == jan.stat().st_size
+    with pytest.raises(UserError, match="jan.csv already exists with other content"):
+        arrival.add(project, [clash], emit=False)
+
+
 def test_a_malformed_row_is_refused_naming_file_and_line_and_nothing_is_added(project: Paths, tmp_path: Path) -> None:
     bad = table(tmp_path / "mar.csv", range(10))
     bad.write_text(bad.read_text() + "3,4\n" + "5,6.0,a\n")  # line 12 has two fields of three
