@@ -32,7 +32,14 @@ not traceable) and joined in front of the traced model.
 
 A model the exporter cannot trace, or whose graph disagrees with torch by more than `TOLERANCE` on the example
 batches below (a model whose forward reads values on the host, say: tracing freezes them), gets no model.onnx: the
-train stage says so when it trains, and `trainflow predict --runtime onnx` names the reason from training.json.
+train stage says so when it trains, and `trainflow predict --runtime onnx` names the reason from training.json. A
+regression value is compared in units of the target's standard deviation (`gap`): the model computes in float32 on
+the standardised target, so the two runtimes' rounding grows with the target's scale, and a tolerance in the target's
+own units would refuse every target measured in hundreds and accept any error on one measured in thousandths.
+
+Text longer than the model was trained on is cut in the graph to preprocess.json's `max_length` ids, as trainflow's
+tokenizer cuts it (tokenizer.json truncates there too; a pretrained tokenizer keeps its closing special token, which a
+cut in the graph cannot, so encode with tokenizer.json).
 """
 
 from __future__ import annotations
@@ -52,7 +59,7 @@ from trainflow.data.preprocess import DATETIME_PARTS, NS_PER_DAY, Preprocessor
 ONNX = "model.onnx"
 OPSET = 18
 ML_OPSET = 2  # ai.onnx.ml: LabelEncoder with string keys
-TOLERANCE = 1e-5  # the largest |ONNX Runtime - torch| accepted on the example batches
+TOLERANCE = 1e-5  # the largest `gap` between ONNX Runtime's scores and torch's accepted on the example batches
 NAT = np.iinfo(np.int64).min  # a missing timestamp (pandas' NaT) in a datetime input
 
 
@@ -63,6 +70,8 @@ class Scores(nn.Module):
         super().__init__()
         self.model, self.keys, self.classification = model, keys, pre.task == "classification"
         self.target_mean, self.target_std = float(pre.target_mean or 0.0), float(pre.target_std or 1.0)
+        # Text: the ids trainflow's tokenizer keeps. A longer input would index past the positions a model learnt.
+        self.max_length = pre.max_length if pre.text_column is not None and pre.max_length > 0 else None
         self.images = pre.image_column is not None
         if self.images:  # as ImageData normalises: float32 (x - mean) / std, [1, C, 1, 1]
             self.register_buffer("mean", torch.tensor(pre.image_mean, dtype=torch.float32)[None, :, None, None])
@@ -72,6 +81,8 @@ class Scores(nn.Module):
         if self.images:
             mean, std = self.get_buffer("mean"), self.get_buffer("std")
             inputs = ((inputs[0].float() - mean) / std,)
+        if self.max_length is not None:  # a Slice in the graph: a no-op up to max_length ids, a cut beyond
+            inputs = tuple(t[:, : self.max_length] for t in inputs)
         out = self.model(**dict(zip(self.keys, inputs, strict=True))).double()
         if self.classification:
             return torch.softmax(out, dim=-1)
@@ -126,14 +137,18 @@ def example_batches(
     pre: Preprocessor, config: dict[str, Any]
 ) -> list[tuple[dict[str, np.ndarray], list[torch.Tensor]]]:
     """(the graph's feed, the traced model's inputs) of the shapes a model meets: 1, 3 and 17 rows; text of 1, 5 and
-    11 tokens (at most the model's longest sequence) with rows padded to the longest. Random: the check is that the
-    graph computes what torch computes, not that the values mean anything."""
+    11 tokens (at most the model's longest sequence) with rows padded to the longest, and 2 rows of 3 ids more than
+    the graph keeps (it cuts them). Random: the check is that the graph computes what torch computes, not that the
+    values mean anything."""
     g = torch.Generator().manual_seed(0)
     rng = np.random.default_rng(0)
     batches: list[tuple[dict[str, np.ndarray], list[torch.Tensor]]] = []
     hf_config = config.get("hf_config", {})
     longest = int(config.get("max_len") or hf_config.get("max_position_embeddings") or 11)
-    for rows, length in ((1, 1), (3, min(5, longest)), (17, min(11, longest))):
+    shapes = [(1, 1), (3, min(5, longest)), (17, min(11, longest))]
+    if pre.text_column is not None and pre.max_length > 0:
+        shapes.append((2, pre.max_length + 3))
+    for rows, length in shapes:
         if pre.text_column is not None:
             vocab = int(config.get("vocab_size") or hf_config.get("vocab_size") or 2)
             lengths = torch.randint(1, length + 1, (rows,), generator=g)
@@ -304,9 +319,27 @@ def _graph(scores: Scores, pre: Preprocessor, example: list[torch.Tensor]) -> by
     return bytes(model.SerializeToString())
 
 
+def gap(got: np.ndarray, expected: np.ndarray, pre: Preprocessor) -> float:
+    """The largest difference between ONNX Runtime's scores (`got`) and torch's, as the parity check measures it.
+    Probabilities: absolute. Regression values: in units of the target's standard deviation, and relative to the
+    standardised value where it exceeds one (float32's rounding in the model grows with what it computes)."""
+    if not expected.size:
+        return 0.0
+    difference = np.abs(np.asarray(got, dtype=np.float64) - expected)
+    if pre.task == "classification":
+        return float(np.max(difference))
+    std = float(pre.target_std or 1.0)
+    return float(np.max(difference / (std * np.maximum(1.0, np.abs(expected - pre.target_mean) / std))))
+
+
+def units(pre: Preprocessor) -> str:
+    """What `gap` is measured in, for messages."""
+    return "" if pre.task == "classification" else " of the target's standard deviation"
+
+
 def to_onnx(model: nn.Module, pre: Preprocessor, config: dict[str, Any]) -> tuple[bytes | None, str]:
-    """The ONNX graph of `model` (on the CPU, in eval mode) with its largest difference from torch on the example
-    batches; or None and why not."""
+    """The ONNX graph of `model` (on the CPU, in eval mode) with its largest difference from torch (`gap`) on the
+    example batches; or None and why not."""
     try:
         import onnxruntime
     except ImportError as exc:
@@ -322,7 +355,7 @@ def to_onnx(model: nn.Module, pre: Preprocessor, config: dict[str, Any]) -> tupl
             for feed, inputs in batches:
                 expected = scores(*inputs).numpy()
                 got = session.run(None, feed)
-                worst = max(worst, float(np.max(np.abs(got[0] - expected))) if expected.size else 0.0)
+                worst = max(worst, gap(got[0], expected, pre))
                 if pre.task == "classification" and not np.array_equal(
                     got[1].astype(str), np.asarray(pre.classes)[np.argmax(got[0], axis=1)]
                 ):
@@ -331,8 +364,8 @@ def to_onnx(model: nn.Module, pre: Preprocessor, config: dict[str, Any]) -> tupl
         first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
         return None, f"the exporter failed: {type(exc).__name__}: {first}"
     if not worst <= TOLERANCE:
-        return None, f"ONNX Runtime's outputs differ from torch's by {worst:.2e} (more than {TOLERANCE:g})"
-    return graph, f"max |ONNX Runtime - torch| {worst:.1e} on the example batches"
+        return None, f"ONNX Runtime's outputs differ from torch's by {worst:.2e}{units(pre)} (more than {TOLERANCE:g})"
+    return graph, f"max |ONNX Runtime - torch| {worst:.1e}{units(pre)} on the example batches"
 
 
 class OnnxModel:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -19,11 +20,12 @@ from test_hf import FILLER, NEGATIVE, POSITIVE, reviews
 from test_images import shapes
 
 from trainflow import cli
+from trainflow.data.preprocess import Column, Preprocessor
 from trainflow.data.schema import Schema
 from trainflow.errors import UserError
 from trainflow.export import export
 from trainflow.io import read_json
-from trainflow.onnx_export import ONNX, TOLERANCE, Scores, to_onnx
+from trainflow.onnx_export import ONNX, TOLERANCE, Scores, gap, to_onnx
 from trainflow.params import load_params
 from trainflow.paths import Paths
 from trainflow.predict import ExportedModel
@@ -87,9 +89,9 @@ def test_onnx_runtime_scores_the_test_split_as_torch_does(
     got = onnx_model.outputs(test, base=base)
     assert got.shape == expected.shape == ((len(test), len(torch_model.pre.classes)) if "regression" not in case
                                            else (len(test),))  # fmt: skip
-    assert len(test) >= 10 and np.max(np.abs(got - expected)) <= TOLERANCE
+    assert len(test) >= 10 and gap(got, expected, torch_model.pre) <= TOLERANCE
     # Batches of 7 rows (text: other paddings) score the same.
-    assert np.max(np.abs(onnx_model.outputs(test, batch_size=7, base=base) - expected)) <= TOLERANCE
+    assert gap(onnx_model.outputs(test, batch_size=7, base=base), expected, torch_model.pre) <= TOLERANCE
     if "regression" in case:  # in the target's units: the graph undoes the standardisation
         assert abs(float(np.mean(got)) - float(test["f0"].mean())) < 3 * float(test["f0"].std())
     else:
@@ -287,3 +289,130 @@ def test_a_feature_named_like_the_graph_s_output_gets_no_graph_and_the_rename_it
     assert graph is None and "feature column 'scores' has a name the graph uses itself" in why and "rename" in why
     renamed, _ = to_onnx(mlp, table("scores_1"), {})
     assert renamed is not None
+
+
+# --- parity at the target's scale, long text, infinities --------------------------------------------------------------
+
+
+def numeric_table(task: Literal["classification", "regression"], mean: float = 0.0, std: float = 1.0) -> Preprocessor:
+    """Four numeric features (x1 with a missing-value indicator) as a fitted preprocessing would hold them."""
+    columns = [Column(f"x{i}", "numeric", [0.5 * i], [0.25 * i], [1.0 + i], indicator=i == 1) for i in range(4)]
+    classes = ["a", "b", "c"] if task == "classification" else []
+    return Preprocessor(target="t", task=task, classes=classes, raw_features=[c.name for c in columns],
+                        columns=columns, target_mean=mean, target_std=std)  # fmt: skip
+
+
+def mlp(pre: Preprocessor) -> torch.nn.Module:
+    from trainflow.models import build_model
+
+    torch.manual_seed(0)
+    outputs = len(pre.classes) or 1
+    config = {"name": "mlp", "in_features": pre.width, "out_features": outputs, "hidden_sizes": [128, 64]}
+    return build_model({**config, "dropout": 0.0}).eval()
+
+
+def offset_scores(graph: bytes, delta: float) -> bytes:
+    """`graph` with `delta` added to its scores: a graph that is wrong by that much."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    model = onnx.load_from_string(graph)
+    for node in model.graph.node:
+        node.output[:] = ["scores/right" if o == "scores" else o for o in node.output]
+    model.graph.initializer.append(numpy_helper.from_array(np.array(delta), "scores/delta"))
+    model.graph.node.append(helper.make_node("Add", ["scores/right", "scores/delta"], ["scores"], name="scores/add"))
+    return bytes(model.SerializeToString())
+
+
+@pytest.mark.parametrize(("mean", "std"), [(5e3, 1e3), (2e-3, 1e-3)])
+def test_regression_targets_of_any_scale_export_and_a_wrong_graph_is_still_refused(
+    mean: float, std: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Targets in thousands and in thousandths both get a graph whose values are torch's within 1e-5 of the target's
+    standard deviation; a graph wrong by 1e-3 of it is refused at either scale (in thousandths, that is 1e-6: under
+    an absolute 1e-5)."""
+    import onnxruntime
+
+    from trainflow import onnx_export
+
+    pre = numeric_table("regression", mean, std)
+    model = mlp(pre)
+    graph, note = to_onnx(model, pre, {})
+    assert graph is not None, note
+    assert note.endswith("of the target's standard deviation on the example batches"), note
+    rows = pd.DataFrame(np.random.default_rng(1).normal(0.0, 2.0, (64, 4)), columns=pre.raw_features)
+    session = onnxruntime.InferenceSession(graph, providers=["CPUExecutionProvider"])
+    (got,) = session.run(["scores"], pre.typed_columns(rows))
+    with torch.no_grad():  # by hand: the model on trainflow's features, unscaled in float64
+        expected = model(torch.from_numpy(pre.features(rows))).double().numpy().reshape(-1) * std + mean
+    assert np.allclose(got, expected, rtol=1e-5, atol=1e-5 * std) and np.abs(expected - mean).max() > 0.1 * std
+    right = onnx_export._graph
+    monkeypatch.setattr(onnx_export, "_graph", lambda *a: offset_scores(right(*a), 1e-3 * std))
+    wrong, why = to_onnx(model, pre, {})
+    assert wrong is None and why.startswith("ONNX Runtime's outputs differ from torch's by 1.00e-03 of the target"), why
+
+
+def test_the_text_graph_cuts_a_longer_text_as_trainflow_s_tokenizer_does() -> None:
+    """Ids past features.max_length (a tokenizer without tokenizer.json's truncation): ONNX Runtime scores the text as
+    torch scores it through trainflow, which keeps the first max_length ids."""
+    import onnxruntime
+
+    from trainflow.data.preprocess import PAD_ID, train_tokenizer
+    from trainflow.models import build_model
+    from trainflow.predict import ExportedModel
+
+    words = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "while", "seven", "tired", "cats"]
+    rng = np.random.default_rng(0)
+    texts = [" ".join(rng.choice(words, 12)) for _ in range(40)]
+    max_length = 8
+    tokenizer = train_tokenizer(texts, 200, max_length)
+    pre = Preprocessor(target="y", task="classification", classes=["a", "b"], raw_features=[], columns=[],
+                       text_column="text", max_length=max_length, tokenizer=tokenizer)  # fmt: skip
+    torch.manual_seed(0)
+    model = build_model({"name": "text_transformer", "vocab_size": pre.vocab_size, "out_features": 2, "d_model": 16,
+                         "n_heads": 2, "n_layers": 1, "max_len": max_length + 1, "dropout": 0.0}).eval()  # fmt: skip
+    graph, note = to_onnx(model, pre, {"max_len": max_length + 1})
+    assert graph is not None, note
+    long = pd.DataFrame({"text": [" ".join(rng.choice(words, 30)) for _ in range(3)] + ["the fox"]})
+    expected = ExportedModel(model, pre).outputs(long)  # torch, through trainflow's tokenizer (it truncates)
+    untruncated = pre.tokenizer.from_str(pre.tokenizer.to_str())  # type: ignore[union-attr]
+    untruncated.no_truncation()
+    ids = [e.ids for e in untruncated.encode_batch(long["text"].tolist())]
+    width = max(len(i) for i in ids)
+    assert width > 3 * max_length and min(len(i) for i in ids) < max_length
+    tokens = np.array([i + [PAD_ID] * (width - len(i)) for i in ids], dtype=np.int64)
+    mask = np.array([[j < len(i) for j in range(width)] for i in ids])
+    session = onnxruntime.InferenceSession(graph, providers=["CPUExecutionProvider"])
+    (got,) = session.run(["scores"], {"tokens": tokens, "mask": mask})
+    assert np.max(np.abs(got - expected)) <= TOLERANCE
+
+
+def test_the_table_graph_counts_an_infinity_as_missing_as_the_documented_rule_does() -> None:
+    """+inf, -inf and NaN fed to the graph itself (not through trainflow's reader, which turns an infinity into NaN
+    first): each is missing, so imputed with the column's fill value and its indicator set, by hand here; the scores
+    are the torch model's on those features."""
+    import onnx
+    import onnxruntime
+
+    pre = numeric_table("classification")
+    model = mlp(pre)
+    graph, note = to_onnx(model, pre, {})
+    assert graph is not None, note
+    x1 = np.array([2.0, np.inf, -np.inf, np.nan, -3.0])
+    feed = {c.name: np.full(len(x1), 1.0 + i) for i, c in enumerate(pre.columns)} | {"x1": x1}
+    by_hand = []
+    for c in pre.columns:
+        values = feed[c.name]
+        missing = ~np.isfinite(values)
+        by_hand.append(((np.where(missing, c.fill[0], values) - c.center[0]) / c.scale[0]).astype(np.float32))
+        if c.indicator:
+            by_hand.append(missing.astype(np.float32))
+    features = np.stack(by_hand, axis=1)
+    assert features[:, 2].tolist() == [0.0, 1.0, 1.0, 1.0, 0.0]  # x1's indicator
+    cut = onnx.utils.Extractor(onnx.load_from_string(graph)).extract_model(pre.raw_features, ["pre/features"])
+    (computed,) = onnxruntime.InferenceSession(cut.SerializeToString()).run(None, feed)
+    assert np.array_equal(computed, features)
+    (scores,) = onnxruntime.InferenceSession(graph).run(["scores"], feed)
+    with torch.no_grad():
+        expected = torch.softmax(model(torch.from_numpy(features)).double(), dim=1).numpy()
+    assert np.max(np.abs(scores - expected)) <= TOLERANCE
