@@ -186,8 +186,10 @@ def _check_source(model: nn.Module, directory: Path) -> None:
 
 def load(model: str) -> ExportedModel:
     """A model by MLflow URI (`models:/<name>@champion`, `models:/<name>/<version>`, `runs:/...`) or by the path of an
-    exported model directory (models/final). A registered model is downloaded and its exported directory read as
-    data: nothing stored with it is imported or unpickled, also for versions registered as models-from-code."""
+    exported model directory (models/final). A registered version's files are fetched and checked against the
+    registry's manifest of them first (`trainflow.manifest`: refused, naming each file changed, added or missing);
+    its exported directory is then read as data: nothing stored with it is imported or unpickled, also for versions
+    registered as models-from-code."""
     if ":/" not in model:
         directory = Path(model)
         if not directory.is_dir():
@@ -196,14 +198,13 @@ def load(model: str) -> ExportedModel:
                 "registered model URI such as models:/<name>@champion"
             )
         return ExportedModel.load(directory)
-    import mlflow
     import yaml
-    from mlflow.exceptions import MlflowException
 
-    try:
-        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=model))
-    except MlflowException as exc:
-        raise UserError(f"--model {model}: {exc.message} (tracking URI {mlflow.get_tracking_uri()})") from None
+    from trainflow import manifest
+
+    local, version, checked = manifest.fetch(model)
+    if not checked:
+        manifest.warn_unchecked(model, version)
     spec = yaml.safe_load((local / "MLmodel").read_text()) if (local / "MLmodel").is_file() else None
     flavor = (spec or {}).get("flavors", {}).get("python_function", {})
     if flavor.get("loader_module") == "trainflow.serving" and "data" in flavor:

@@ -29,7 +29,7 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from trainflow import gate as paired
-from trainflow import tracking
+from trainflow import manifest, tracking
 from trainflow.errors import ServiceError, UserError
 from trainflow.io import disk_full, failpoint, no_space
 from trainflow.params import RegisterParams
@@ -256,6 +256,9 @@ def register(
         if existing is not None and DECISION_TAG in existing.tags:
             why = f"already registered as version {existing.version} by an earlier run of register"
             return _recorded(client, existing, gate, tags, test_hash, why)
+        # Each file's sha256, kept in the registry, where the artifact store's writers cannot change it: trainflow's
+        # loading checks the files against it (trainflow.manifest).
+        all_tags |= manifest.record(model_uri)
         if existing is None:
             check_kind(client, name, tags)
             version = int(mlflow.register_model(model_uri, name, tags=all_tags).version)

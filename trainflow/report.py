@@ -165,10 +165,10 @@ def registry_markdown(reg: dict[str, Any]) -> str:
         "",
         _table(["", ""], rows),
         "",
-        f"Load the champion: `mlflow.pyfunc.load_model('models:/{name}@champion')`",
+        f"Load the champion: `trainflow.serving.load('models:/{name}@champion')`",
     ]
     if not reg.get("champion"):
-        parts += ["", f"Load this run's version: `mlflow.pyfunc.load_model('{reg['model_uri']}')`"]
+        parts += ["", f"Load this run's version: `trainflow.serving.load('{reg['model_uri']}')`"]
     if c := reg.get("comparison"):
         parts += ["", comparison_markdown(c)]
     if reason := reg.get("why"):
@@ -236,7 +236,7 @@ def summary(paths: Paths, results: dict[str, Any]) -> str:
         lines.append(f"  registry: {reg['model_uri']} ({champ}; {reg['gate_metric']}={reg['value']:.4f})")
         if reg.get("decision"):
             lines.append(f"  decision: {reg['decision']}")
-        lines.append(f"  load it:  mlflow.pyfunc.load_model('{load_uri(reg)}')")
+        lines.append(f"  load it:  trainflow.serving.load('{load_uri(reg)}')")
     return "\n".join(lines)
 
 

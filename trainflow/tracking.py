@@ -557,8 +557,9 @@ def log_pyfunc(run_id: str, final: Path, example: Any, flavor: str = "package") 
 
     flavor package (the default): the pyfunc's code is the installed trainflow's (`loader_module="trainflow.serving"`,
     trainflow pinned by version in its requirements); its data is models/final. No trainflow code is stored in the
-    artifact store, so nothing there can make a loading machine run code, and loading unpickles nothing. A user
-    model's module is the exception: it travels with the model (code_paths), since the model cannot be built without
+    artifact store and loading unpickles nothing; what keeps the store's writers from changing MLmodel to load code
+    from there is the manifest register records in the registry (`trainflow.manifest`), checked by trainflow's
+    loading only. A user model's module travels with the model (code_paths), since the model cannot be built without
     it. flavor code (register.flavor: code, asked for): MLflow models-from-code, `trainflow/serving_code.py` with the
     trainflow package stored beside it, for machines without trainflow installed; loading it runs that stored code."""
     import mlflow

@@ -1,11 +1,15 @@
-"""The registry loads no code from the artifact store (issue 29, item 2): a registered trainflow model stores data
-only (models/final: safetensors, ONNX, JSON) and names `trainflow.serving` of the installed package as its loader.
-A code file planted in the artifact store is never executed, neither by `trainflow predict` nor by MLflow's own
-pyfunc loading (what `mlflow models serve` runs), and `trainflow predict` refuses a model whose MLmodel was changed
-to load code from there."""
+"""The registry loads no code from the artifact store: a registered trainflow model stores data only (models/final:
+safetensors, ONNX, JSON) and names `trainflow.serving` of the installed package as its loader, and the registry keeps
+the sha256 of each of its files (trainflow.manifest). Whoever can write to the artifact store can change MLmodel to
+load code from there (`code: code` and a planted `code/trainflow/serving.py`: MLflow's own loading runs it); the load
+line the run summary prints, `trainflow predict` and `trainflow.serving.download` then refuse the version, naming each
+file that changed, was added or is missing, and run nothing."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +19,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from trainflow import cli
+from trainflow import cli, manifest
 from trainflow.errors import UserError
 from trainflow.params import load_params
 from trainflow.paths import Paths
@@ -43,19 +47,19 @@ def registered(csv_project: Path) -> tuple[Paths, Path]:
     return paths, store
 
 
-def load_in_a_fresh_python(uri: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """MLflow's own loading, as `mlflow models serve` does it, in a process that has not imported trainflow."""
-    code = (
-        "import sys, mlflow.pyfunc, pandas as pd\n"
-        f"m = mlflow.pyfunc.load_model({uri!r})\n"
-        "print(len(m.predict(pd.read_csv('test.csv'))))\n"
-    )
+def in_a_fresh_python(line: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`line` (an expression that loads a model) run as a user runs it: in a new process that has imported nothing
+    of trainflow's but what the line names, scoring test.csv."""
+    imports = "import mlflow.pyfunc\n" + ("import trainflow.serving\n" if "trainflow.serving" in line else "")
+    code = f"{imports}import pandas as pd\nm = {line}\nprint(len(m.predict(pd.read_csv('test.csv'))))\n"
     return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
-def test_a_code_file_planted_in_the_artifact_store_is_never_executed(
-    csv_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_the_printed_load_line_and_predict_refuse_an_artifact_store_changed_to_run_planted_code(
+    csv_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from trainflow.report import summary
+
     paths, store = registered(csv_project)
     flavor = yaml.safe_load((store / "MLmodel").read_text())["flavors"]["python_function"]
     assert flavor["loader_module"] == "trainflow.serving" and flavor.get("code") is None, flavor
@@ -65,37 +69,106 @@ def test_a_code_file_planted_in_the_artifact_store_is_never_executed(
     ]  # fmt: skip
     requirements = (store / "requirements.txt").read_text().split()
     assert any(r.startswith("trainflow==") for r in requirements), requirements
-    # Plant code where a models-from-code trainflow model kept its package (code/trainflow/...), and beside the data.
-    marker = tmp_path / "marker"
-    for rel in ("code/trainflow/__init__.py", "code/trainflow/serving.py", f"{flavor['data']}/serving.py"):
-        (store / rel).parent.mkdir(parents=True, exist_ok=True)
-        (store / rel).write_text(PLANTED.format(marker=str(marker)))
+    backup = tmp_path / "backup"
+    shutil.copytree(store, backup)
     monkeypatch.chdir(csv_project)
     test = pd.read_parquet(paths.split_file("test")).drop(columns=["label"])
     test.to_csv("test.csv", index=False)
-    assert cli.main(["predict", "--model", "models:/blobs@champion", "--input", "test.csv", "--output", "o.csv"]) == 0
-    assert len(pd.read_csv("o.csv")) == len(test) and not marker.exists()
-    done = load_in_a_fresh_python("models:/blobs@champion", csv_project)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == str(len(test)) and not marker.exists()
+    line = next(x for x in summary(paths, {}).splitlines() if "load it:" in x).split("load it:", 1)[1].strip()
+    done = in_a_fresh_python(line, csv_project)
+    assert done.returncode == 0 and done.stdout.strip() == str(len(test)), done.stderr[-2000:]
+
+    # The attack: MLmodel set to load code from the store, trainflow's package planted there.
+    marker = tmp_path / "marker"
+    for rel in ("code/trainflow/__init__.py", "code/trainflow/serving.py"):
+        (store / rel).parent.mkdir(parents=True, exist_ok=True)
+        (store / rel).write_text(PLANTED.format(marker=str(marker)))
+    spec = yaml.safe_load((store / "MLmodel").read_text())
+    spec["flavors"]["python_function"]["code"] = "code"
+    (store / "MLmodel").write_text(yaml.safe_dump(spec))
+    done = in_a_fresh_python(line, csv_project)
+    assert not marker.exists(), f"{line} ran the planted code"
+    assert done.returncode != 0 and "UserError" in done.stderr, done.stderr[-2000:]
+    said = done.stderr.strip().splitlines()[-1]
+    assert "changed: MLmodel; added: code/trainflow/__init__.py, code/trainflow/serving.py)" in said, said
+    capsys.readouterr()
+    args = ["predict", "--model", "models:/blobs@champion", "--input", "test.csv", "--output", "o.csv"]
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert "changed: MLmodel; added: code/trainflow/__init__.py, code/trainflow/serving.py)" in err, err
+    assert "model models:/blobs@champion (version 1 of 'blobs')" in err and "Nothing of it was loaded or run" in err
+    assert not Path("o.csv").exists() and not marker.exists()
+    with pytest.raises(UserError, match=r"added: code/trainflow/__init__\.py"):
+        from trainflow import serving
+
+        serving.download("models:/blobs/1", tmp_path / "served")
+    assert not (tmp_path / "served").exists()
+    # A changed weight file and a missing graph are named too.
+    weights = (backup / flavor["data"] / "model.safetensors").read_bytes()
+    (store / flavor["data"] / "model.safetensors").write_bytes(weights[:-1] + bytes([weights[-1] ^ 1]))
+    (store / flavor["data"] / "model.onnx").unlink()
+    with pytest.raises(UserError) as refused:
+        load("models:/blobs@champion")
+    assert (
+        "changed: MLmodel, data/final/model.safetensors; added: code/trainflow/__init__.py, "
+        "code/trainflow/serving.py; missing: data/final/model.onnx)"
+    ) in str(refused.value)
+    assert not marker.exists()
+
+    # What the message says to do: restore the version's files from a backup of the store. Then both work again.
+    shutil.rmtree(store)
+    shutil.copytree(backup, store)
+    assert cli.main(args) == 0 and len(pd.read_csv("o.csv")) == len(test)
+    done = in_a_fresh_python(line, csv_project)
+    assert done.returncode == 0 and done.stdout.strip() == str(len(test)), done.stderr[-2000:]
+    # The plant works: loaded by MLflow alone (what the summary printed before manifests), it runs.
+    for rel in ("code/trainflow/__init__.py", "code/trainflow/serving.py"):
+        (store / rel).parent.mkdir(parents=True, exist_ok=True)
+        (store / rel).write_text(PLANTED.format(marker=str(marker)))
+    (store / "MLmodel").write_text(yaml.safe_dump(spec))
+    done = in_a_fresh_python("mlflow.pyfunc.load_model('models:/blobs@champion')", csv_project)
+    assert done.returncode != 0 and marker.read_text() == "executed"
+
+
+def test_a_version_registered_before_manifests_is_read_as_data_by_predict_and_refused_by_the_load_line(
+    csv_project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without the manifest tags (a version registered before trainflow recorded them), `trainflow predict` reads it
+    as data and says it did not check it; trainflow.serving refuses it, naming the two ways that work."""
+    from mlflow.tracking import MlflowClient
+
+    from trainflow import serving
+
+    paths, store = registered(csv_project)
+    client = MlflowClient()
+    keys = [k for k in client.get_model_version("blobs", "1").tags if k.startswith(manifest.HEAD_TAG)]
+    assert manifest.HEAD_TAG in keys and manifest.part_tag(0) in keys
+    for key in keys:
+        client.delete_model_version_tag("blobs", "1", key)
+    monkeypatch.chdir(csv_project)
+    test = pd.read_parquet(paths.split_file("test")).drop(columns=["label"])
+    test.to_csv("test.csv", index=False)
+    capsys.readouterr()
+    with pytest.raises(UserError) as refused:
+        serving.load("models:/blobs@champion")
+    said = str(refused.value)
+    assert "version 1 of 'blobs' was registered before trainflow recorded manifests" in said, said
+    assert "`trainflow predict --model models:/blobs@champion ...` scores it reading data only" in said
+    assert "`mlflow.pyfunc.load_model('models:/blobs@champion')` loads it unchecked" in said
+    args = ["predict", "--model", "models:/blobs@champion", "--input", "test.csv", "--output", "o.csv"]
+    assert cli.main(args) == 0 and len(pd.read_csv("o.csv")) == len(test)
+    assert "its files were not checked against the registry (version 1 of 'blobs' was registered before" in (
+        capsys.readouterr().err
+    )
+    done = in_a_fresh_python("mlflow.pyfunc.load_model('models:/blobs@champion')", csv_project)
+    assert done.returncode == 0 and done.stdout.strip() == str(len(test)), done.stderr[-2000:]
     # A version without a graph (registered before trainflow exported ONNX): --runtime onnx names it by its URI.
+    flavor = yaml.safe_load((store / "MLmodel").read_text())["flavors"]["python_function"]
     (store / flavor["data"] / "model.onnx").unlink()
     with pytest.raises(
         UserError, match=r"model models:/blobs@champion: no model\.onnx \(registered before .*--runtime"
     ):
         load("models:/blobs@champion").on_onnx("models:/blobs@champion")
-    # An MLmodel changed to load code from the artifact store: MLflow would run the planted file (shown in a fresh
-    # process); trainflow predict refuses the model and runs nothing.
-    (store / "code/loader.py").write_text(PLANTED.format(marker=str(marker)))
-    tampered = {**flavor, "loader_module": "loader", "code": "code"}
-    spec = yaml.safe_load((store / "MLmodel").read_text())
-    spec["flavors"]["python_function"] = tampered
-    (store / "MLmodel").write_text(yaml.safe_dump(spec))
-    with pytest.raises(UserError, match=r"not a trainflow model"):
-        load("models:/blobs@champion")
-    assert not marker.exists()
-    done = load_in_a_fresh_python("models:/blobs@champion", csv_project)
-    assert done.returncode != 0 and marker.read_text() == "executed"  # the plant works: the test can see it run
 
 
 LEGACY = """
@@ -166,6 +239,13 @@ def test_register_flavor_code_stores_trainflow_s_code_only_when_asked(csv_projec
     flavor = yaml.safe_load((store / "MLmodel").read_text())["flavors"]["python_function"]
     assert flavor["loader_module"] == "mlflow.pyfunc.loaders.code_model"
     assert (store / "code" / "trainflow" / "serving_code.py").is_file()
+    # Its manifest (trainflow's package is stored with it) is more than one tag holds, and is each file's sha256.
+    tags = versions[1].tags
+    assert json.loads(tags[manifest.HEAD_TAG])["parts"] >= 2
+    assert all(len(tags[manifest.part_tag(i)]) <= manifest.PART_CHARS for i in range(2))
+    by_hand = {p.relative_to(store).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+               for p in store.rglob("*") if p.is_file() and p.name != "registered_model_meta"}  # fmt: skip
+    assert manifest.recorded(tags, "version 2") == by_hand
     # Rerun: nothing new (one version per model and flavour).
     run_stage("register", load_params(paths.params), paths)
     assert len(client.search_model_versions("name='blobs'")) == 2

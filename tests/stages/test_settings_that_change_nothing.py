@@ -66,7 +66,7 @@ def test_a_rerun_for_a_setting_that_changes_nothing_exports_the_same_bytes_and_r
 
     said = summary(paths, {s: {} for s in ("train", "evaluate", "register")})
     assert "registry: models:/blobs/1 (registered by an earlier run; champion;" in said
-    assert "load it:  mlflow.pyfunc.load_model('models:/blobs@champion')" in said
+    assert "load it:  trainflow.serving.load('models:/blobs@champion')" in said
     assert {k: str(v) for k, v in client.get_registered_model("blobs").aliases.items()} == {
         "champion": "1",
         "challenger": "1",

@@ -213,19 +213,18 @@ def test_the_printed_load_it_recipe_works_on_the_raw_csv(
 ) -> None:
     import re
 
-    import mlflow.pyfunc
-
+    from trainflow import serving
     from trainflow.report import summary
 
     frame = {"taxis": taxis(n=1200), "cars": cars(), "tips": tips()}[shape]
     root = project(tmp_path, shape, frame, **{"data.target": target})
     pipeline(root, monkeypatch)
     recipe = next(line for line in summary(Paths(root), {}).splitlines() if "load it:" in line)
-    match = re.fullmatch(r"\s*load it:\s+mlflow\.pyfunc\.load_model\('([^']+)'\)", recipe)
+    match = re.fullmatch(r"\s*load it:\s+trainflow\.serving\.load\('([^']+)'\)", recipe)
     assert match is not None, recipe
     raw_file = root / "data" / "raw" / f"{shape}.csv"
     raw = pd.read_csv(raw_file)  # what a user does: ints stay ints, "?" and "Yes" stay text, dates are text
-    served = mlflow.pyfunc.load_model(match.group(1)).predict(raw)
+    served = serving.load(match.group(1)).predict(raw)
     assert trainflow(root, monkeypatch, "predict", "--model", match.group(1), "--input", str(raw_file),
                      "--output", "scored.parquet") == 0  # fmt: skip
     expected = pd.read_parquet(root / "scored.parquet")

@@ -187,9 +187,9 @@ def test_load_it_loads_this_run_s_model(tmp_path: Path, champion: bool, uri: str
     paths = Paths(tmp_path)
     write_json(paths.registration, registration(champion))
     lines = report.summary(paths, {}).splitlines()
-    assert f"  load it:  mlflow.pyfunc.load_model('{uri}')" in lines
+    assert f"  load it:  trainflow.serving.load('{uri}')" in lines
     md = report.registry_markdown(registration(champion))
-    assert ("Load this run's version: `mlflow.pyfunc.load_model('models:/penguins/3')`" in md) is not champion
+    assert ("Load this run's version: `trainflow.serving.load('models:/penguins/3')`" in md) is not champion
 
 
 def split_schema(paths: Paths, used: list[str], **data_params: Any) -> None:

@@ -265,9 +265,9 @@ def test_a_version_that_stays_challenger_says_how_to_load_it_why_it_ran_and_its_
         "| previous champion | v2 (0.9667) |\n"
         "| champion now | v2 |\n"
         "\n"
-        "Load the champion: `mlflow.pyfunc.load_model('models:/digits@champion')`\n"
+        "Load the champion: `trainflow.serving.load('models:/digits@champion')`\n"
         "\n"
-        "Load this run's version: `mlflow.pyfunc.load_model('models:/digits/3')`\n"
+        "Load this run's version: `trainflow.serving.load('models:/digits/3')`\n"
         "\n"
         f"{COMPARISON_MD}\n"
         "\n"
@@ -298,7 +298,7 @@ def test_a_first_champion_from_an_older_trainflow_has_dashes_and_only_the_champi
         "| previous champion | — |\n"
         "| champion now | — |\n"
         "\n"
-        "Load the champion: `mlflow.pyfunc.load_model('models:/m@champion')`\n"
+        "Load the champion: `trainflow.serving.load('models:/m@champion')`\n"
     )
     unscored = report.registry_markdown({**reg, "previous_champion": 0, "champion_version": 0, "decision": "kept"})
     assert "| previous champion | v0 (—) |\n| champion now | v0 |\n" in unscored
@@ -333,7 +333,7 @@ def test_the_artifacts_are_each_report_under_its_key_and_description(tmp_path: P
             "Registry version and champion decision",
             "## Registry decision: m v1\n\n**first**\n\n|  |  |\n|---|---|\n| model version | `models:/m/1` |\n"
             "| gate metric | accuracy |\n| v1 | 0.5000 |\n| previous champion | — |\n| champion now | v1 |\n\n"
-            "Load the champion: `mlflow.pyfunc.load_model('models:/m@champion')`\n",
+            "Load the champion: `trainflow.serving.load('models:/m@champion')`\n",
         ),
     ]
 
@@ -363,7 +363,7 @@ def test_the_summary_names_the_stages_run_the_task_the_metrics_and_the_new_champ
         f"  plots:    {paths.plots}",
         "  registry: models:/m/3 (now champion; accuracy=0.7500)",
         "  decision: promoted",
-        "  load it:  mlflow.pyfunc.load_model('models:/m@champion')",
+        "  load it:  trainflow.serving.load('models:/m@champion')",
     ]
 
 
@@ -382,13 +382,13 @@ def test_the_summary_of_a_run_with_nothing_to_do_says_the_version_came_from_an_e
         f"  plots:    {paths.plots}",
         "  registry: models:/m/3 (registered by an earlier run; champion stays version 2; rmse=0.5000)",
         "  decision: no new version: the data did not change",
-        "  load it:  mlflow.pyfunc.load_model('models:/m/3')",
+        "  load it:  trainflow.serving.load('models:/m/3')",
     ]
     write_json(paths.registration, reg | {"champion": True, "decision": None})
     lines = report.summary(paths, {"register": {"skipped": True}}).split("\n")
     assert lines[-2:] == [
         "  registry: models:/m/3 (registered by an earlier run; champion; rmse=0.5000)",
-        "  load it:  mlflow.pyfunc.load_model('models:/m@champion')",
+        "  load it:  trainflow.serving.load('models:/m@champion')",
     ]
     assert report.load_uri({"model_name": "m", "model_uri": "models:/m/3"}) == "models:/m/3"
 

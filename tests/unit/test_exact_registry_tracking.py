@@ -4,6 +4,7 @@ text of a params error; the data a plot draws. Each value is written out by hand
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import warnings
@@ -15,7 +16,7 @@ import pandas as pd
 import pytest
 from conftest import model_run
 
-from trainflow import registry, tracking
+from trainflow import manifest, registry, tracking
 from trainflow.errors import ParamsError, ServiceError, UserError
 from trainflow.params import RegisterParams
 
@@ -477,7 +478,9 @@ class Store:
         return dict(self.client.get_registered_model("m").tags)
 
     def version_tags(self, version: int) -> dict[str, str]:
-        return dict(self.client.get_model_version("m", str(version)).tags)
+        """The version's tags but the manifest of its files (`test_the_first_registration_...` checks that)."""
+        tags = self.client.get_model_version("m", str(version)).tags
+        return {k: v for k, v in tags.items() if not k.startswith(manifest.HEAD_TAG)}
 
 
 def unexpected_rescore(uri: str) -> Any:
@@ -527,6 +530,9 @@ def test_the_first_registration_is_champion_with_every_tag_and_the_kind_of_the_n
     }
     assert store.aliases() == {"champion": "1", "challenger": "1"}
     assert store.model_tags() == {"target": "species", "task": "classification", "champion_history": "[1]"}
+    # The manifest of the version's files (the stand-in model holds an MLmodel alone), in the registry.
+    every = store.client.get_model_version("m", "1").tags
+    assert manifest.recorded(every, "version 1") == {"MLmodel": hashlib.sha256(b"flavors: {}\n").hexdigest()}
     assert store.client.get_model_version("m", "1").run_id == run_id
 
 
