@@ -6,19 +6,25 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+import numpy as np
 import pandas as pd
 
 from trainflow.errors import DataError, UserError
-from trainflow.predict import BATCH_SIZE, load
+from trainflow.predict import BATCH_SIZE, ExportedModel, load
+
+if TYPE_CHECKING:
+    from trainflow.data.sources import RawTable
 
 OUTPUT_FORMATS = (".csv", ".tsv", ".parquet", ".jsonl")
 
 
-def read_table(path: Path) -> pd.DataFrame:
-    """An input table read as ingest reads data (csv, tsv, parquet or jsonl by extension; the same NA spellings)."""
+def read_table(path: Path) -> RawTable:
+    """An input table read as ingest reads data (csv, tsv, parquet or jsonl by extension; the same NA spellings), with
+    where each row came from (its line of the file), for messages."""
     from trainflow.data.sources import read_source
     from trainflow.params import DataParams
 
@@ -26,7 +32,55 @@ def read_table(path: Path) -> pd.DataFrame:
         table = read_source(DataParams.model_validate({"source": str(path.resolve())}), Path.cwd())
     for note in table.notes:
         print(f"predict: {note}", file=sys.stderr)
-    return table.frame
+    return table
+
+
+class Rows(Protocol):
+    """Where a row of the frame being scored came from: `trainflow.data.sources.RawTable`, or a block of a streamed
+    Parquet file (`Block`)."""
+
+    @property
+    def frame(self) -> pd.DataFrame: ...
+
+    @property
+    def source(self) -> str: ...
+
+    def where(self, row: int, column: str | None = None) -> str: ...
+
+
+@dataclass
+class Block:
+    """Rows of an input without lines, from row `first` on: a block of a streamed Parquet file, or the images of a
+    folder; a row is named as ingest names a Parquet row (counted from 1)."""
+
+    frame: pd.DataFrame
+    source: str
+    first: int
+
+    def where(self, row: int, column: str | None = None) -> str:
+        return f"{self.source}, row {self.first + row + 1}" + ("" if column is None else f", column {column!r}")
+
+
+def scored_rows(
+    exported: ExportedModel, rows: Rows, batch_size: int, where: str, base: Path | None = None
+) -> pd.DataFrame:
+    """`rows.frame` scored (`ExportedModel.predict_frame`) once it passed ingest's rules for the values a model is
+    trained on (an infinity in a numeric feature is refused, as ingest refuses it: preprocessing would score it as a
+    missing value); a value that does not convert is named, like those, by its line of the file."""
+    from trainflow.data.preprocess import BadValues
+    from trainflow.data.validate import not_finite
+
+    for c in exported.pre.columns:
+        if c.kind == "numeric" and c.name in rows.frame.columns:
+            values = pd.to_numeric(rows.frame[c.name], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+            problem = not_finite(rows, c.name, values, "or drop the row: ingest refuses one too, so the model was "
+                                 "never trained on one")  # fmt: skip
+            if problem is not None:
+                raise _on_input(problem)
+    try:
+        return exported.predict_frame(rows.frame, batch_size, where=where, base=base)
+    except BadValues as exc:
+        raise DataError(f"--input: {rows.where(exc.row)}: {exc.detail}, the first there; fix or drop them") from None
 
 
 def read_image_folder(folder: Path, column: str, target: str) -> pd.DataFrame:
@@ -57,9 +111,13 @@ def _as_input() -> Iterator[None]:
     try:
         yield
     except DataError as exc:
-        message = str(exc)
-        message = "--input" + message.removeprefix("data.source") if message.startswith("data.source:") else message
-        raise DataError(message.replace("data.source", "--input")) from None
+        raise _on_input(exc) from None
+
+
+def _on_input(exc: DataError) -> DataError:
+    message = str(exc)
+    message = "--input" + message.removeprefix("data.source") if message.startswith("data.source:") else message
+    return DataError(message.replace("data.source", "--input"))
 
 
 def image_input(input: Path, column: str | None) -> list[Path] | None:
@@ -173,21 +231,22 @@ def predict_file(
     column = exported.pre.image_column
     images = image_input(input, column)
     renamed: dict[str, str] = {}  # the model's image column -> the input's name for it
+    rows: Rows
     if images is not None:
         assert column is not None
-        frame = read_images(images, column)
+        rows = Block(read_images(images, column), str(input), 0)
     elif input.is_dir():
         assert column is not None
-        frame = read_image_folder(input, column, exported.pre.target)
+        rows = Block(read_image_folder(input, column, exported.pre.target), str(input), 0)
     elif column is None and input.suffix.lower() == ".parquet" and _bigger_than_budget(input, memory_budget_mb):
-        rows = _predict_streamed(exported, input, output, batch_size)
-        return {"model": model, "input": str(input), "output": str(output), "rows": rows, "task": exported.pre.task}
+        count = _predict_streamed(exported, input, output, batch_size)
+        return {"model": model, "input": str(input), "output": str(output), "rows": count, "task": exported.pre.task}
     else:
-        frame = read_table(input)
-        if column is not None and (found := image_column(frame, column, input)) != column:
-            frame, renamed = frame.rename(columns={found: column}), {column: found}
-    _check_free(frame, input)
-    scored = exported.predict_frame(frame, batch_size, where=str(input), base=input.resolve().parent)
+        rows = table = read_table(input)
+        if column is not None and (found := image_column(table.frame, column, input)) != column:
+            table.frame, renamed = table.frame.rename(columns={found: column}), {column: found}
+    _check_free(rows.frame, input)
+    scored = scored_rows(exported, rows, batch_size, str(input), base=input.resolve().parent)
     if (images is not None or input.is_dir()) and column is not None:
         scored = scored.drop(columns=[column])  # the images' absolute paths; the paths as shown stay
     write_table(scored.rename(columns=renamed), output)
@@ -213,7 +272,7 @@ def _bigger_than_budget(input: Path, memory_budget_mb: float | None) -> bool:
     return size > budget
 
 
-def _predict_streamed(exported: Any, input: Path, output: Path, batch_size: int) -> int:
+def _predict_streamed(exported: ExportedModel, input: Path, output: Path, batch_size: int) -> int:
     """Score `input` (Parquet) a block of whole batches at a time, appending each block's rows to `output`."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -236,7 +295,7 @@ def _predict_streamed(exported: Any, input: Path, output: Path, batch_size: int)
             frame = _to_pandas(table)
             if rows == 0:
                 _check_free(frame, input)
-            scored = exported.predict_frame(frame, batch_size, where=str(input))
+            scored = scored_rows(exported, Block(frame, str(input), rows), batch_size, str(input))
             if suffix == ".parquet":
                 block = pa.Table.from_pandas(scored, preserve_index=False)
                 writer = writer or pq.ParquetWriter(f, block.schema)

@@ -1,5 +1,6 @@
 """Batch prediction: `trainflow predict` on the test split reproduces evaluate exactly, by registry URI or directory, in
-each output format; the model served by `mlflow models serve` answers an HTTP request with the same numbers."""
+each output format, and refuses what ingest refuses, naming the line; the model served by `mlflow models serve` (from
+its checked copy) answers an HTTP request with the same numbers."""
 
 from __future__ import annotations
 
@@ -174,6 +175,9 @@ def test_mlflow_models_serve_answers_with_the_same_numbers(blobs_run: Paths, mon
     test = pd.read_parquet(blobs_run.split_file("test"))
     assert predict_test_split(blobs_run, monkeypatch, "models:/blobs@champion", "p.parquet") == 0
     expected = pd.read_parquet(root / "p.parquet")
+    from trainflow import serving
+
+    served = serving.download("models:/blobs@champion", root / "served")  # the README's way: a checked copy
 
     port = free_port()
     mlflow = Path(sys.executable).parent / "mlflow"
@@ -183,7 +187,7 @@ def test_mlflow_models_serve_answers_with_the_same_numbers(blobs_run: Paths, mon
             "models",
             "serve",
             "-m",
-            "models:/blobs@champion",
+            str(served),
             "--env-manager",
             "local",
             "-h",
@@ -222,3 +226,46 @@ def test_mlflow_models_serve_answers_with_the_same_numbers(blobs_run: Paths, mon
     assert list(answer["prediction"]) == list(expected["prediction"])
     columns = ["proba_a", "proba_b", "proba_c"]
     np.testing.assert_array_equal(answer[columns].to_numpy(), expected[columns].to_numpy())
+
+
+def test_predict_refuses_what_ingest_refuses_and_names_the_file_s_line_as_ingest_does(
+    csv_project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An infinity in a feature is refused (ingest refuses it for training; preprocessing would score it as a missing
+    value), and so is a value that is not a number; each is named by its line of the file, header counted, as ingest
+    names a line. The lines here are known by construction: a quoted line break in a text column puts data row 2 on
+    line 5."""
+    paths = Paths(csv_project)
+    for stage in ("ingest", "split", "train"):
+        run_stage(stage, load_params(paths.params), paths)
+    rows = ["f0,f1,f2,f3,note", '0.1,0.2,0.3,0.4,"two', 'lines"', "0.5,0.6,0.7,0.8,x", "0.5,{bad},0.1,0.2,y",
+            "0.9,0.8,0.7,0.6,z"]  # fmt: skip
+    (csv_project / "p.csv").write_text("earlier output\n")
+    for bad, said in (
+        ("inf", "--input: new.csv, line 5, column 'f1': inf is not a finite number; fix the value or drop the row"),
+        ("-inf", "--input: new.csv, line 5, column 'f1': -inf is not a finite number"),
+        ("abc", "--input: new.csv, line 5: column 'f1' should hold numbers but has ['abc'] in 1 row(s), the first"),
+    ):
+        (csv_project / "new.csv").write_text("\n".join(rows).format(bad=bad) + "\n")
+        capsys.readouterr()
+        assert predict(csv_project, monkeypatch, "--model", "models/final", "--input", "new.csv", "--output",
+                       "p.csv") == 2  # fmt: skip
+        err = capsys.readouterr().err
+        assert said in err, err
+        assert (csv_project / "p.csv").read_text() == "earlier output\n"
+    # The fix the message names: with the value fixed, the file scores.
+    (csv_project / "new.csv").write_text("\n".join(rows).format(bad="0.3") + "\n")
+    assert predict(csv_project, monkeypatch, "--model", "models/final", "--input", "new.csv", "--output", "p.csv") == 0
+    assert len(pd.read_csv(csv_project / "p.csv")) == 4
+    # A Parquet file streamed a block at a time names its row as ingest does (counted from 1), in a later block too.
+    table = pd.DataFrame(np.random.default_rng(0).normal(size=(3000, 4)), columns=["f0", "f1", "f2", "f3"])
+    table.loc[2500, "f2"] = -np.inf
+    table.to_parquet(csv_project / "big.parquet", index=False)
+    from trainflow.data import stream
+
+    monkeypatch.setattr(stream, "BLOCK_BYTES", 256 * 4 * 4)  # blocks of 256 rows: row 2500 is in the tenth
+    capsys.readouterr()
+    assert predict(csv_project, monkeypatch, "--model", "models/final", "--input", "big.parquet", "--output",
+                   "p.csv", "--memory-budget-mb", "0.01", "--batch-size", "256") == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert "streamed a block at a time" in err and "big.parquet, row 2501, column 'f2': -inf is not a finite" in err

@@ -603,10 +603,18 @@ def _reject(s: pd.Series, failed: np.ndarray, name: str, where: str, what: str) 
     bad = failed & present
     if bad.any():
         examples = pd.unique(s[bad].astype(str).to_numpy())[:5].tolist()
-        raise DataError(
-            f"{where}: column {name!r} should hold {what} but has {examples} in {int(bad.sum())} row(s) "
-            f"(first at row {int(np.flatnonzero(bad)[0])})"
-        )
+        first = int(np.flatnonzero(bad)[0])
+        detail = f"column {name!r} should hold {what} but has {examples} in {int(bad.sum())} row(s)"
+        raise BadValues(f"{where}: {detail} (first at row {first})", detail, first)
+
+
+class BadValues(DataError):
+    """`_reject`'s error, with its parts: `detail` (which values do not convert) and `row`, the first one's position
+    in the frame, which a caller that knows the frame's file names as its line (`trainflow predict`)."""
+
+    def __init__(self, message: str, detail: str, row: int) -> None:
+        super().__init__(message)
+        self.detail, self.row = detail, row
 
 
 def _strings(s: pd.Series) -> pd.Series:

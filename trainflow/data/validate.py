@@ -579,10 +579,18 @@ def _numeric(table: Table, d: DataParams, name: str, values: np.ndarray, problem
     nan = np.isnan(values)
     if nan.all():
         return _all_missing(table, d, name, pd.Series(values))
-    if problem is None and np.isinf(values).any():
-        row = int(np.argmax(np.isinf(values)))
-        problem = _at(table, row, name, f"{values[row]} is not a finite number; fix the value {_hint(d, name)}")
-    return _Column(name, "numeric", values, problem)
+    return _Column(name, "numeric", values, problem or not_finite(table, name, values, _hint(d, name)))
+
+
+def not_finite(table: Table, name: str, values: np.ndarray, fix: str) -> DataError | None:
+    """The error for the first infinity among a numeric column's float64 `values`, at its line of the file (`fix`:
+    what else the user may do than fix the value), or None. Ingest refuses them for training, and `trainflow predict`
+    for scoring: preprocessing would take one for a missing value."""
+    infinite = np.isinf(values)
+    if not infinite.any():
+        return None
+    row = int(np.argmax(infinite))
+    return _at(table, row, name, f"{values[row]} is not a finite number; fix the value {fix}")
 
 
 def _datetime(table: Table, d: DataParams, name: str, s: pd.Series) -> _Column:
