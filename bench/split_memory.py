@@ -48,10 +48,11 @@ def step(which: str, path: Path, n: int) -> dict[str, float | str | int]:
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     start = time.perf_counter()
     if which == "whole":
-        result = assign(stream.ParquetColumns(path), schema, SplitParams(), 0)
+        result = assign(stream.ParquetColumns(path), schema, SplitParams(seed=0))
     else:
         work = path.with_name("work")
-        result = split_stream.assign(path, schema, SplitParams(), 0, None, path.with_name("assignment.parquet"), work)
+        dest = path.with_name("assignment.parquet")
+        result = split_stream.assign(path, schema, SplitParams(seed=0), None, dest, work)
         work.rmdir()
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

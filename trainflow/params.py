@@ -214,8 +214,17 @@ class SplitParams(Section):
     )
     time_column: str | None = Field(
         None,
-        description="Column of timestamps: train on the oldest rows, validate on later ones, test on the newest; "
-        "equal timestamps never straddle a boundary (overrides key/group_by/stratify).",
+        description="Column of timestamps (or numbers, or text that parses as one or the other): train on the oldest "
+        "rows, validate on later ones, test on the newest; equal timestamps never straddle a boundary (overrides "
+        "key/group_by/stratify).",
+    )
+    seed: int = Field(
+        42,
+        ge=0,
+        description="Seed of the row keys' hash, which decides which rows are train, val and test. The split's own: "
+        "the top-level seed is the training seed and never moves a row between splits. Changing this one assigns "
+        "every row afresh, so the champion may have trained on this split's test rows: the gate then compares the "
+        "two only on rows the champion's split held out, or keeps the champion and says why.",
     )
 
     @model_validator(mode="after")
@@ -988,7 +997,12 @@ warnings.filterwarnings("ignore", message='Field name "register"', category=User
 
 
 class PipelineParams(Section):
-    seed: int = Field(42, ge=0, description="Seed for splitting, initialisation and data order.")
+    seed: int = Field(
+        42,
+        ge=0,
+        description="The training seed: initialisation, data order, augmentation and the paired gate's bootstrap. "
+        "It does not move rows between splits (split.seed does).",
+    )
     data: DataParams = Field(default_factory=DataParams, description="Raw data source and schema (ingest).")  # type: ignore[arg-type]
     features: FeatureParams = Field(default_factory=FeatureParams, description="Preprocessing fitted on train (train).")  # type: ignore[arg-type]
     split: SplitParams = Field(default_factory=SplitParams, description="Train/val/test split (split).")  # type: ignore[arg-type]

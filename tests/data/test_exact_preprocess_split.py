@@ -391,30 +391,34 @@ def test_the_settings_a_saved_assignment_must_match_are_complete_for_each_keying
     frame = ids(10).assign(user=np.arange(10) // 2)
     s = split_schema(["x"])
     base = {"format": 2, "seed": 7, "val_fraction": 0.15, "test_fraction": 0.15, "stratify_by": "y"}
-    assert sp.settings(frame, s, SplitParams(group_by="user", key=["id"]), 7) == {
+    assert sp.settings(frame, s, SplitParams(group_by="user", key=["id"], seed=7)) == {
         **base,
         "mode": "group_by",
         "columns": ["user"],
     }
-    assert sp.settings(frame, s, SplitParams(key=["id", "x"]), 7) == {**base, "mode": "key", "columns": ["id", "x"]}
-    assert sp.settings(frame, s, SplitParams(), 7) == {**base, "mode": "row", "columns": ["x", "y"]}
+    assert sp.settings(frame, s, SplitParams(key=["id", "x"], seed=7)) == {
+        **base,
+        "mode": "key",
+        "columns": ["id", "x"],
+    }
+    assert sp.settings(frame, s, SplitParams(seed=7)) == {**base, "mode": "row", "columns": ["x", "y"]}
     keyed = frame.assign(**{ROW_KEY: np.arange(10, dtype=np.uint64)})
-    assert sp.settings(keyed, s, SplitParams(val_fraction=0.2, test_fraction=0.1), 7) == {
+    assert sp.settings(keyed, s, SplitParams(val_fraction=0.2, test_fraction=0.1, seed=7)) == {
         **base,
         "val_fraction": 0.2,
         "test_fraction": 0.1,
         "mode": "row",
         "columns": [ROW_KEY],
     }
-    assert sp.settings(frame, s, SplitParams(stratify=False), 7)["stratify_by"] is None
+    assert sp.settings(frame, s, SplitParams(stratify=False, seed=7))["stratify_by"] is None
     texts = Schema("t", "y", "classification", ["x"], {"x": "numeric", "note": "text"}, ["a", "b"], 10, "note")
-    assert sp.settings(frame.assign(note="hi"), texts, SplitParams(), 7)["columns"] == ["x", "note", "y"]
-    assert sp.settings(frame, split_schema(["x"], "regression"), SplitParams(), 7)["stratify_by"] is None
+    assert sp.settings(frame.assign(note="hi"), texts, SplitParams(seed=7))["columns"] == ["x", "note", "y"]
+    assert sp.settings(frame, split_schema(["x"], "regression"), SplitParams(seed=7))["stratify_by"] is None
 
 
 def test_a_fresh_split_reports_its_generation_kept_rows_and_exactness() -> None:
     frame = ids(20)
-    result = sp.assign(frame, split_schema(["x"]), SplitParams(key=["id"]), 3)
+    result = sp.assign(frame, split_schema(["x"]), SplitParams(key=["id"], seed=3))
     assert (result.kept, result.exact, result.notes) == (0, True, [])
     assert result.since is not None and result.since.tolist() == [1] * 20 and result.since.dtype == np.int32
     a = result.assignment
@@ -466,22 +470,22 @@ def test_an_unreadable_assignment_is_named_with_its_error(tmp_path: Path, capsys
 def test_other_settings_or_an_older_format_reassign_every_row_with_one_note(capsys: pytest.CaptureFixture[str]) -> None:
     frame = ids(20)
     s = split_schema(["x"])
-    first = sp.assign(frame, s, SplitParams(key=["id"]), 3)
+    first = sp.assign(frame, s, SplitParams(key=["id"], seed=3))
     assert first.assignment is not None
     capsys.readouterr()
-    again = sp.assign(frame, s, SplitParams(key=["id"], val_fraction=0.2), 4, previous=first.assignment)
+    again = sp.assign(frame, s, SplitParams(key=["id"], val_fraction=0.2, seed=4), previous=first.assignment)
     note = "split: the saved assignment was made with other settings (seed, val_fraction); every row is assigned afresh"
     assert again.notes == [note] and again.kept == 0
     assert again.assignment is not None and again.assignment.generation == 2
     assert capsys.readouterr().err == note + "\n"
     old = sp.Assignment(first.assignment.keys, first.assignment.split, {**first.assignment.settings, "format": 1})
-    older = sp.assign(frame, s, SplitParams(key=["id"]), 3, previous=old)
+    older = sp.assign(frame, s, SplitParams(key=["id"], seed=3), previous=old)
     assert older.notes == [
         "split: the saved assignment was made by an older trainflow, whose row keys did not depend on the seed; every "
         "row is assigned afresh"
     ]
     np.testing.assert_array_equal(older.split, first.split)  # afresh, with the same settings: the same split
-    same = sp.assign(frame, s, SplitParams(key=["id"]), 3, previous=first.assignment)
+    same = sp.assign(frame, s, SplitParams(key=["id"], seed=3), previous=first.assignment)
     assert same.notes == [] and same.kept == 20 and same.assignment is not None and same.assignment.generation == 1
 
 
@@ -489,7 +493,7 @@ def test_the_small_class_note_lists_ten_classes_and_counts_the_rest(capsys: pyte
     labels = [f"r{i:02d}" for i in range(12)]
     frame = pd.DataFrame({"id": np.arange(112), "x": 0.0, "y": ["big"] * 100 + labels})
     s = Schema("t", "y", "classification", ["x"], {"x": "numeric"}, sorted({*labels, "big"}), 112)
-    result = sp.assign(frame, s, SplitParams(key=["id"]), 0)
+    result = sp.assign(frame, s, SplitParams(key=["id"], seed=0))
     listed = ", ".join(f"'{label}' (1 row)" for label in labels[:10])
     note = (
         "split: too few rows for val and test, so these classes are in train but missing from val or test (no metric "
@@ -506,13 +510,13 @@ def test_every_empty_split_message_names_the_split_its_fraction_and_the_fix() ->
     five = pd.DataFrame({"x": [1.0] * 5, "y": ["a"] * 5, "user": [1, 1, 2, 2, 2]})
     s = split_schema(["x"])
     with pytest.raises(DataError) as exc:
-        sp.assign(five, s, SplitParams(stratify=False), 0)
+        sp.assign(five, s, SplitParams(stratify=False, seed=0))
     assert (
         str(exc.value)
         == "split: the val split is empty (5 rows, val fraction 0.15); add rows or raise split.val_fraction"
     )
     with pytest.raises(DataError) as exc:
-        sp.assign(five, s, SplitParams(stratify=False, group_by="user"), 0)
+        sp.assign(five, s, SplitParams(stratify=False, group_by="user", seed=0))
     assert str(exc.value) in {
         f"split: the {name} split is empty (5 rows in 2 groups of split.group_by 'user', {name} fraction 0.15); add "
         f"groups or raise split.{name}_fraction"
@@ -520,14 +524,14 @@ def test_every_empty_split_message_names_the_split_its_fraction_and_the_fix() ->
     }
     timed = five.assign(when=pd.Timestamp("2024-01-01"))
     with pytest.raises(DataError) as exc:
-        sp.assign(timed, s, SplitParams(time_column="when", group_by="user"), 0)
+        sp.assign(timed, s, SplitParams(time_column="when", group_by="user", seed=0))
     assert str(exc.value) == (
         "split: the val split is empty (5 rows, 1 distinct timestamps, val fraction 0.15); add rows with other "
         "timestamps or raise split.val_fraction"
     )
     with pytest.raises(DataError) as exc:
         six = pd.concat([five.iloc[:1]] * 6, ignore_index=True)  # one key: its six rows land where their middle falls
-        sp.assign(six, s, SplitParams(val_fraction=0.45, test_fraction=0.44, stratify=False), 0)
+        sp.assign(six, s, SplitParams(val_fraction=0.45, test_fraction=0.44, stratify=False, seed=0))
     assert str(exc.value) == (
         "split: the train split is empty (6 rows, train fraction 0.11); add rows or lower split.val_fraction / "
         "split.test_fraction"
@@ -538,29 +542,29 @@ def test_column_errors_name_the_parameter_and_the_columns_there_are() -> None:
     frame = ids(10)
     s = split_schema(["x"])
     with pytest.raises(DataError) as exc:
-        sp.assign(frame, s, SplitParams(key=[]), 0)
+        sp.assign(frame, s, SplitParams(key=[], seed=0))
     assert str(exc.value) == "split.key is an empty list: name the id column(s) to hash, or set it to null to hash rows"
     with pytest.raises(DataError) as exc:
-        sp.assign(frame, s, SplitParams(group_by="user"), 0)
+        sp.assign(frame, s, SplitParams(group_by="user", seed=0))
     assert str(exc.value) == "split.group_by: column 'user' is not in the processed table; available columns: id, x, y"
     with pytest.raises(DataError) as exc:
-        sp.assign(frame, s, SplitParams(time_column="ts", key=["id"]), 0)
+        sp.assign(frame, s, SplitParams(time_column="ts", key=["id"], seed=0))
     assert str(exc.value) == "split.time_column: column 'ts' is not in the processed table; available columns: id, x, y"
     with pytest.raises(DataError) as exc:
-        sp.assign(frame.drop(columns=["y"]), s, SplitParams(key=["id"]), 0)
+        sp.assign(frame.drop(columns=["y"]), s, SplitParams(key=["id"], seed=0))
     assert str(exc.value) == (
         "split: the target column 'y' is not in the processed table (available: id, x); run `trainflow stage ingest` "
         "again"
     )
     with pytest.raises(DataError) as exc:
-        sp.assign(frame.drop(columns=["x", "y"]), s, SplitParams(), 0)
+        sp.assign(frame.drop(columns=["x", "y"]), s, SplitParams(seed=0))
     assert str(exc.value) == (
         "split: the schema's column(s) 'x', 'y' are not in the processed table (available: id); run `trainflow stage "
         "ingest` again"
     )
     timed = frame.assign(when=pd.to_datetime(["2024-01-01"] * 9 + [None]))
     with pytest.raises(DataError) as exc:
-        sp.assign(timed, s, SplitParams(time_column="when"), 0)
+        sp.assign(timed, s, SplitParams(time_column="when", seed=0))
     assert str(exc.value) == (
         "split.time_column: 1 of 10 rows have no timestamp in column 'when'; fill or drop them (data.missing: drop) "
         "or split without split.time_column"
@@ -575,10 +579,10 @@ def test_a_time_split_of_twenty_rows_is_the_hand_counted_one() -> None:
     no assignment."""
     days = np.random.default_rng(0).permutation(20)
     frame = ids(20).assign(when=pd.Timestamp("2024-01-01") + pd.to_timedelta(days, unit="D"))
-    result = sp.assign(frame, split_schema(["x"]), SplitParams(time_column="when"), 0)
+    result = sp.assign(frame, split_schema(["x"]), SplitParams(time_column="when", seed=0))
     assert result.assignment is None and result.kept == 0 and result.exact and result.since is None
     np.testing.assert_array_equal(result.split, np.where(days >= 17, 2, np.where(days >= 14, 1, 0)))
-    parts, _ = sp.split_frame(frame, split_schema(["x"]), SplitParams(time_column="when"), 0)
+    parts, _ = sp.split_frame(frame, split_schema(["x"]), SplitParams(time_column="when", seed=0))
     assert [len(p) for p in parts.values()] == [14, 3, 3]
 
 
@@ -607,7 +611,9 @@ def test_a_val_boundary_never_passes_the_test_boundary() -> None:
     val at 6, inside the run of day 0 (0..6): to its end, 7, the same place: val is empty."""
     frame = ids(10).assign(when=pd.Timestamp("2024-01-01") + pd.to_timedelta([0] * 7 + [1] * 3, unit="D"))
     with pytest.raises(DataError) as exc:
-        sp.assign(frame, split_schema(["x"]), SplitParams(time_column="when", val_fraction=0.2, test_fraction=0.2), 0)
+        sp.assign(
+            frame, split_schema(["x"]), SplitParams(time_column="when", val_fraction=0.2, test_fraction=0.2, seed=0)
+        )
     assert str(exc.value) == (
         "split: the val split is empty (10 rows, 2 distinct timestamps, val fraction 0.2); add rows with other "
         "timestamps or raise split.val_fraction"
@@ -615,7 +621,7 @@ def test_a_val_boundary_never_passes_the_test_boundary() -> None:
     days = [0, 1, 2, 3, 4, 5, 6, 7, 7, 8]  # test at 8, inside 7 7 (7..8), equally near both ends: to 7; val at 6
     frame = frame.assign(when=pd.Timestamp("2024-01-01") + pd.to_timedelta(days, unit="D"))
     split = sp.assign(
-        frame, split_schema(["x"]), SplitParams(time_column="when", val_fraction=0.2, test_fraction=0.2), 0
+        frame, split_schema(["x"]), SplitParams(time_column="when", val_fraction=0.2, test_fraction=0.2, seed=0)
     )
     assert split.split.tolist() == [0, 0, 0, 0, 0, 0, 1, 2, 2, 2]
 
@@ -1248,12 +1254,12 @@ def test_duplicate_rows_count_as_rows_in_the_quotas_and_in_what_was_kept() -> No
     """20 ids, each twice (40 rows), unstratified: quotas of 28, 6, 6 rows; each id's two rows go where their middle
     falls (1, 3, 5 for the first three ids in key order: test ends at 6), so 3 ids test, 3 val, 14 train."""
     frame = pd.concat([ids(20), ids(20)], ignore_index=True)
-    p = SplitParams(key=["id"], stratify=False)
-    first = sp.assign(frame, split_schema(["x"]), p, 2)
+    p = SplitParams(key=["id"], stratify=False, seed=2)
+    first = sp.assign(frame, split_schema(["x"]), p)
     assert np.bincount(first.split, minlength=3).tolist() == [28, 6, 6]
     np.testing.assert_array_equal(first.split[:20], first.split[20:])
     assert first.assignment is not None and len(first.assignment.keys) == 20
-    again = sp.assign(frame, split_schema(["x"]), p, 2, previous=first.assignment)
+    again = sp.assign(frame, split_schema(["x"]), p, previous=first.assignment)
     assert again.kept == 40 and again.assignment is not None and again.assignment.generation == 1
     np.testing.assert_array_equal(again.split, first.split)
 

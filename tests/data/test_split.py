@@ -78,7 +78,7 @@ def test_200_tables_with_rare_classes_never_raise_and_each_class_is_split_within
     rare = 0
     for seed in range(200):
         frame, p = rare_class_table(rng)
-        result = assign(frame, schema_for(frame, ["x"]), p, seed)
+        result = assign(frame, schema_for(frame, ["x"]), p.model_copy(update={"seed": seed}))
         sizes = frame["y"].value_counts()
         rare += int((sizes < 7).sum())
         # Every class: each split's rows within one row of the class's rows times the fraction ...
@@ -93,8 +93,8 @@ def test_200_tables_with_rare_classes_never_raise_and_each_class_is_split_within
 @pytest.mark.parametrize("stratify", [True, False])
 def test_fractions_on_20k_rows(stratify: bool) -> None:
     frame = random_frame(20_000, n_classes=3)
-    p = SplitParams(val_fraction=0.1, test_fraction=0.2, stratify=stratify)
-    split = assign(frame, schema_for(frame), p, 42).split
+    p = SplitParams(val_fraction=0.1, test_fraction=0.2, stratify=stratify, seed=42)
+    split = assign(frame, schema_for(frame), p).split
     assert split.dtype == np.int8
     assert deviation(split, p) < 1
     # Stratified: each class within one row too. Unstratified: within sampling noise (a few dozen rows), which is
@@ -109,8 +109,8 @@ def test_small_tables_get_their_test_fraction_within_one_row(n: int, task: str) 
     frame = random_frame(n, n_classes=3, seed=n)
     if task == "regression":
         frame["y"] = np.random.default_rng(n).normal(size=n)  # e.g. tips (244 rows): 10.7% test before, not 15%
-    p = SplitParams()
-    split = assign(frame, schema_for(frame, task=task), p, 7).split
+    p = SplitParams(seed=7)
+    split = assign(frame, schema_for(frame, task=task), p).split
     assert abs(int((split == 2).sum()) - 0.15 * n) < 1
     assert deviation(split, p) < 1
 
@@ -158,9 +158,9 @@ def test_appending_rows_never_moves_an_existing_row(
     # 200 distinct rows first so that no split is ever empty, however repetitive the drawn rows.
     filler = random_frame(200, seed=9).assign(id=lambda f: f["id"] - 1000)
     base, extended = (pd.concat([filler, f], ignore_index=True) for f in (base, extended))
-    p = SplitParams(stratify=stratify, key=key, val_fraction=0.2, test_fraction=0.2)
-    before = assign(base, schema_for(base), p, seed)
-    after = assign(extended, schema_for(extended), p, seed, previous=before.assignment)
+    p = SplitParams(stratify=stratify, key=key, val_fraction=0.2, test_fraction=0.2, seed=seed)
+    before = assign(base, schema_for(base), p)
+    after = assign(extended, schema_for(extended), p, previous=before.assignment)
     np.testing.assert_array_equal(after.split[: len(base)], before.split)
     # Kept: the old rows, and new rows that duplicate an old one (same key, so the same split).
     assert after.kept == len(base) if key is not None else after.kept >= len(base)
@@ -175,7 +175,7 @@ def test_the_saved_assignment_is_kept_only_under_the_same_settings(
     from pathlib import Path
 
     frame = random_frame(1000)
-    first = assign(frame, schema_for(frame), SplitParams(), 3)
+    first = assign(frame, schema_for(frame), SplitParams(seed=3))
     assert first.assignment is not None
     path = Path(str(tmp_path)) / "assignment.parquet"
     first.assignment.save(path)
@@ -183,7 +183,7 @@ def test_the_saved_assignment_is_kept_only_under_the_same_settings(
     assert saved is not None and saved.settings == first.assignment.settings
     np.testing.assert_array_equal(saved.lookup(first.assignment.keys), first.assignment.split)
     # A different seed (or fractions, stratification, key columns) is a different split: everything afresh.
-    again = assign(frame, schema_for(frame), SplitParams(), 4, previous=saved)
+    again = assign(frame, schema_for(frame), SplitParams(seed=4), previous=saved)
     assert again.kept == 0 and "other settings (seed)" in capsys.readouterr().err
     assert (again.split != first.split).mean() > 0.2
     # An unreadable file is not an error: the rows are assigned afresh, with a note.
@@ -198,22 +198,22 @@ def test_the_saved_assignment_is_kept_only_under_the_same_settings(
 def test_a_rows_split_depends_on_its_key_not_the_row_order() -> None:
     frame = random_frame(2000)
     schema = schema_for(frame)
-    split = assign(frame, schema, SplitParams(), 7).split
+    split = assign(frame, schema, SplitParams(seed=7)).split
     order = np.random.default_rng(1).permutation(len(frame))
     shuffled = frame.iloc[order].reset_index(drop=True)
-    np.testing.assert_array_equal(assign(shuffled, schema, SplitParams(), 7).split, split[order])
+    np.testing.assert_array_equal(assign(shuffled, schema, SplitParams(seed=7)).split, split[order])
     # Duplicate rows share a split.
     doubled = pd.concat([frame, frame], ignore_index=True)
-    both = assign(doubled, schema, SplitParams(), 7).split
+    both = assign(doubled, schema, SplitParams(seed=7)).split
     np.testing.assert_array_equal(both[: len(frame)], both[len(frame) :])
 
 
 def test_the_seed_changes_the_assignment() -> None:
     frame = random_frame(2000)
     schema = schema_for(frame)
-    a, b = (assign(frame, schema, SplitParams(), seed).split for seed in (0, 1))
+    a, b = (assign(frame, schema, SplitParams(seed=seed)).split for seed in (0, 1))
     assert (a != b).mean() > 0.2
-    np.testing.assert_array_equal(a, assign(frame, schema, SplitParams(), 0).split)
+    np.testing.assert_array_equal(a, assign(frame, schema, SplitParams(seed=0)).split)
 
 
 def splitmix64_by_hand(key: int, seed: int) -> int:
@@ -231,7 +231,7 @@ def test_the_assignment_is_the_documented_rule() -> None:
     """Unstratified, 24 distinct ids, fractions .7/.15/.15: 16.8, 3.6, 3.6 rounds to 17, 4, 3 (largest fractional
     parts first, val before test on a tie); the 3 smallest seeded hashes are test, the next 4 val, the rest train."""
     frame = pd.DataFrame({"id": np.arange(24, dtype=np.int64), "x": 0.0, "s": "a", "y": "a"})
-    split = assign(frame, schema_for(frame), SplitParams(stratify=False, key=["id"]), 42).split
+    split = assign(frame, schema_for(frame), SplitParams(stratify=False, key=["id"], seed=42)).split
     as_text = frame[["id"]].astype("string")  # key columns are hashed as text: 3, 3.0 and "3" are one id
     h = [splitmix64_by_hand(int(k), 42) for k in hash_pandas_object(as_text, index=False)]
     rank = np.argsort(np.argsort(np.array(h, dtype=np.uint64)))
@@ -245,12 +245,12 @@ def test_the_seed_changes_the_split_of_the_raw_row_key_and_each_stays_exact_and_
 
     frame = random_frame(1200).assign(**{ROW_KEY: np.arange(1200, dtype=np.uint64) * 2654435761})
     base = frame.iloc[:1000]
-    p = SplitParams(val_fraction=0.2, test_fraction=0.2)
     splits = {}
     for seed in (42, 7, 123):
-        before = assign(base, schema_for(base), p, seed)
+        p = SplitParams(val_fraction=0.2, test_fraction=0.2, seed=seed)
+        before = assign(base, schema_for(base), p)
         assert worst_class_deviation(base, before.split, p) < 1
-        after = assign(frame, schema_for(frame), p, seed, previous=before.assignment)
+        after = assign(frame, schema_for(frame), p, previous=before.assignment)
         np.testing.assert_array_equal(after.split[:1000], before.split)  # appends move no row
         assert after.kept == 1000 and deviation(after.split, p) < 1.5
         splits[seed] = before.split
@@ -266,17 +266,17 @@ def test_the_seed_changes_the_split_of_the_raw_row_key_and_each_stays_exact_and_
 
 def test_an_assignment_saved_by_the_seedless_format_is_redone_with_a_note(capsys: pytest.CaptureFixture[str]) -> None:
     frame = random_frame(300)
-    first = assign(frame, schema_for(frame), SplitParams(), 1)
+    first = assign(frame, schema_for(frame), SplitParams(seed=1))
     assert first.assignment is not None
     old = Assignment(first.assignment.keys, first.assignment.split, {**first.assignment.settings, "format": 1})
-    again = assign(frame, schema_for(frame), SplitParams(), 1, previous=old)
+    again = assign(frame, schema_for(frame), SplitParams(seed=1), previous=old)
     assert again.kept == 0 and "made by an older trainflow" in capsys.readouterr().err
 
 
 def test_split_frame_keeps_table_order_and_resets_the_index() -> None:
     frame = random_frame(500)
     frame.index = frame.index * 10 + 3
-    parts, _ = split_frame(frame, schema_for(frame), SplitParams(), 0)
+    parts, _ = split_frame(frame, schema_for(frame), SplitParams(seed=0))
     assert list(parts) == list(SPLITS)
     assert sum(len(part) for part in parts.values()) == len(frame)
     for part in parts.values():
@@ -290,7 +290,7 @@ def test_a_class_too_small_for_every_split_trains_with_a_warning(capsys: pytest.
     frame = random_frame(300, n_classes=2)
     frame.loc[17, "y"] = "rare"
     frame.loc[[40, 41], "y"] = "pair"
-    split = assign(frame, schema_for(frame), SplitParams(), 0).split
+    split = assign(frame, schema_for(frame), SplitParams(seed=0)).split
     assert split[17] == 0 and 0 in split[[40, 41]]
     err = capsys.readouterr().err
     assert "'rare' (1 row)" in err and "'pair' (2 rows)" in err and "too few rows for val and test" in err
@@ -300,8 +300,8 @@ def test_a_class_too_small_for_every_split_trains_with_a_warning(capsys: pytest.
 def test_regression_splits_the_whole_table_exactly() -> None:
     frame = random_frame(301)
     frame["y"] = np.random.default_rng(0).normal(size=len(frame))
-    p = SplitParams(stratify=True)
-    split = assign(frame, schema_for(frame, task="regression"), p, 0).split
+    p = SplitParams(stratify=True, seed=0)
+    split = assign(frame, schema_for(frame, task="regression"), p).split
     assert deviation(split, p) < 1
 
 
@@ -311,8 +311,8 @@ def test_regression_splits_the_whole_table_exactly() -> None:
 def test_group_by_keeps_every_group_in_one_split() -> None:
     frame = random_frame(20_000)
     frame["user"] = np.random.default_rng(3).integers(0, 400, size=len(frame))
-    p = SplitParams(group_by="user", stratify=False)
-    split = assign(frame, schema_for(frame, ["x", "s"]), p, 42).split
+    p = SplitParams(group_by="user", stratify=False, seed=42)
+    split = assign(frame, schema_for(frame, ["x", "s"]), p).split
     per_group = pd.Series(split).groupby(frame["user"].to_numpy()).nunique()
     assert (per_group == 1).all()
     # Rows, not groups, are split in the given proportions, as closely as whole groups allow (~50 rows each).
@@ -324,7 +324,7 @@ def test_time_column_tests_on_the_newest_rows() -> None:
     frame = random_frame(1000)
     days = pd.date_range("2024-01-01", periods=len(frame), freq="D")
     frame["when"] = days[np.random.default_rng(5).permutation(len(frame))]
-    split = assign(frame, schema_for(frame, ["x", "s"]), SplitParams(time_column="when"), 0).split
+    split = assign(frame, schema_for(frame, ["x", "s"]), SplitParams(time_column="when", seed=0)).split
     assert np.bincount(split).tolist() == [700, 150, 150]
     when = frame["when"].to_numpy()
     assert when[split == 0].max() < when[split == 1].min()
@@ -337,7 +337,7 @@ def test_equal_timestamps_never_straddle_a_boundary(seed: int) -> None:
     frame = random_frame(1000, seed=seed)
     rng = np.random.default_rng(seed)
     frame["when"] = pd.Timestamp("2024-01-01") + pd.to_timedelta(rng.integers(0, 60, size=len(frame)), unit="D")
-    split = assign(frame, schema_for(frame, ["x", "s"]), SplitParams(time_column="when"), 0).split
+    split = assign(frame, schema_for(frame, ["x", "s"]), SplitParams(time_column="when", seed=0)).split
     when = frame["when"].to_numpy()
     assert when[split == 0].max() < when[split == 1].min()  # strictly: no day on both sides
     assert when[split == 1].max() < when[split == 2].min()
@@ -351,7 +351,7 @@ def test_time_column_with_missing_timestamps_says_how_many() -> None:
     frame["when"] = pd.date_range("2024-01-01", periods=100, freq="h")
     frame.loc[[3, 50, 77], "when"] = pd.NaT
     with pytest.raises(DataError, match=r"3 of 100 rows have no timestamp in column 'when'"):
-        assign(frame, schema_for(frame, ["x", "s"]), SplitParams(time_column="when"), 0)
+        assign(frame, schema_for(frame, ["x", "s"]), SplitParams(time_column="when", seed=0))
 
 
 # --- errors ----------------------------------------------------------------------------------------------------------
@@ -364,7 +364,7 @@ def test_time_column_with_missing_timestamps_says_how_many() -> None:
 def test_unknown_columns_are_named_with_the_available_ones(params: dict[str, object], column: str) -> None:
     frame = random_frame(100)
     with pytest.raises(DataError, match=rf"column '{column}' is not in the processed table; available columns: id, x"):
-        assign(frame, schema_for(frame), SplitParams(**params), 0)  # type: ignore[arg-type]
+        assign(frame, schema_for(frame), SplitParams(**params, seed=0))  # type: ignore[arg-type]
 
 
 def test_an_empty_split_is_named() -> None:
@@ -372,13 +372,13 @@ def test_an_empty_split_is_named() -> None:
     with pytest.raises(
         DataError, match=r"split: the (val|test) split is empty \(5 rows, .* fraction 0\.15\); add rows"
     ):
-        assign(frame, schema_for(frame), SplitParams(stratify=False), 0)
+        assign(frame, schema_for(frame), SplitParams(stratify=False, seed=0))
     frame["user"] = [1, 1, 2, 2, 2]
     with pytest.raises(DataError, match=r"is empty \(5 rows in 2 groups of split.group_by 'user', .*add groups or"):
-        assign(frame, schema_for(frame, ["x", "s"]), SplitParams(stratify=False, group_by="user"), 0)
+        assign(frame, schema_for(frame, ["x", "s"]), SplitParams(stratify=False, group_by="user", seed=0))
     frame["when"] = pd.Timestamp("2024-01-01")
     with pytest.raises(DataError, match=r"1 distinct timestamps.*add rows with other timestamps"):
-        assign(frame, schema_for(frame, ["x", "s"]), SplitParams(time_column="when"), 0)
+        assign(frame, schema_for(frame, ["x", "s"]), SplitParams(time_column="when", seed=0))
 
 
 # --- the parts, directly -----------------------------------------------------------------------------------------
@@ -410,8 +410,8 @@ def test_stratified_groups_split_each_majority_class_by_its_fractions() -> None:
         other = "b" if label != "b" else "a"
         rows += [(g, label, rng.normal()), (g, label, rng.normal()), (g, other, rng.normal())]
     frame = pd.DataFrame(rows, columns=["user", "y", "x"])
-    p = SplitParams(group_by="user")
-    split = assign(frame, schema_for(frame, ["x"]), p, 5).split
+    p = SplitParams(group_by="user", seed=5)
+    split = assign(frame, schema_for(frame, ["x"]), p).split
     group_split = pd.Series(split).groupby(frame["user"].to_numpy()).first().to_numpy()
     for label in ("a", "b", "c"):
         in_class = group_split[majority == label]
@@ -422,8 +422,8 @@ def test_stratified_groups_split_each_majority_class_by_its_fractions() -> None:
 def test_quotas_round_by_largest_fractional_part() -> None:
     """10 rows at .71/.12/.17: 7.1, 1.2, 1.7 -> 7, 1, 2 (test has the largest part; train first would give 8, 1, 1)."""
     frame = pd.DataFrame({"id": np.arange(10), "x": 0.0, "y": "a"})
-    p = SplitParams(val_fraction=0.12, test_fraction=0.17, stratify=False, key=["id"])
-    assert np.bincount(assign(frame, schema_for(frame), p, 0).split, minlength=3).tolist() == [7, 1, 2]
+    p = SplitParams(val_fraction=0.12, test_fraction=0.17, stratify=False, key=["id"], seed=0)
+    assert np.bincount(assign(frame, schema_for(frame), p).split, minlength=3).tolist() == [7, 1, 2]
 
 
 def test_quotas_keep_what_was_kept_even_beyond_the_fractions() -> None:
@@ -443,9 +443,9 @@ def test_quotas_keep_what_was_kept_even_beyond_the_fractions() -> None:
 
 def test_split_frame_keeps_the_saved_assignment() -> None:
     frame = random_frame(300)
-    _, first = split_frame(frame, schema_for(frame), SplitParams(), 1)
+    _, first = split_frame(frame, schema_for(frame), SplitParams(seed=1))
     grown = pd.concat([frame, random_frame(30, seed=4).assign(id=lambda f: f["id"] + 1000)], ignore_index=True)
-    parts, again = split_frame(grown, schema_for(grown), SplitParams(), 1, previous=first.assignment)
+    parts, again = split_frame(grown, schema_for(grown), SplitParams(seed=1), previous=first.assignment)
     assert again.kept == 300
     before = {name: set(frame.loc[first.split == i, "id"]) for i, name in enumerate(SPLITS)}
     assert all(before[name] <= set(parts[name]["id"]) for name in SPLITS)
@@ -454,23 +454,23 @@ def test_split_frame_keeps_the_saved_assignment() -> None:
 def test_a_schema_column_missing_from_the_table_is_named() -> None:
     frame = random_frame(50)
     with pytest.raises(DataError, match=r"schema's column\(s\) 'gone' are not in the processed table \(available: id"):
-        assign(frame, schema_for(frame, ["x", "gone"]), SplitParams(), 0)
+        assign(frame, schema_for(frame, ["x", "gone"]), SplitParams(seed=0))
 
 
 def test_an_empty_train_split_says_to_lower_the_held_out_fractions() -> None:
     frame = pd.concat([random_frame(1)] * 6, ignore_index=True)  # one key: it goes to the largest split
     with pytest.raises(DataError, match=r"the train split is empty .*lower split.val_fraction / split.test_fraction"):
-        assign(frame, schema_for(frame), SplitParams(val_fraction=0.45, test_fraction=0.44, stratify=False), 0)
+        assign(frame, schema_for(frame), SplitParams(val_fraction=0.45, test_fraction=0.44, stratify=False, seed=0))
 
 
 def test_an_id_splits_the_same_typed_or_as_read() -> None:
     """split.key on an id column: the same split whether ingest typed it (a feature: float64) or carried it as read
     (excluded: int64, or text)."""
     frame = random_frame(400)
-    p = SplitParams(key=["id"])
-    split = assign(frame, schema_for(frame), p, 3).split
+    p = SplitParams(key=["id"], seed=3)
+    split = assign(frame, schema_for(frame), p).split
     for typed in (frame["id"].astype(np.float64), frame["id"].astype(str)):
-        np.testing.assert_array_equal(assign(frame.assign(id=typed), schema_for(frame), p, 3).split, split)
+        np.testing.assert_array_equal(assign(frame.assign(id=typed), schema_for(frame), p).split, split)
 
 
 def test_the_raw_row_key_decides_and_stays_out_of_the_split_files() -> None:
@@ -479,10 +479,10 @@ def test_the_raw_row_key_decides_and_stays_out_of_the_split_files() -> None:
     from trainflow.data.schema import ROW_KEY
 
     frame = random_frame(500).assign(**{ROW_KEY: np.arange(500, dtype=np.uint64) * 7919})
-    parts, first = split_frame(frame, schema_for(frame), SplitParams(), 5)
+    parts, first = split_frame(frame, schema_for(frame), SplitParams(seed=5))
     assert all(ROW_KEY not in part.columns for part in parts.values())
     changed = frame.drop(columns=["s"]).assign(x=frame["x"].astype(str))
-    _, again = split_frame(changed, schema_for(changed, ["x"]), SplitParams(), 5, previous=first.assignment)
+    _, again = split_frame(changed, schema_for(changed, ["x"]), SplitParams(seed=5), previous=first.assignment)
     np.testing.assert_array_equal(again.split, first.split)
     assert again.kept == 500
 
@@ -509,22 +509,23 @@ def test_each_row_knows_the_generation_it_arrived_in(tmp_path: Path) -> None:
     """The gate's new-rows slice: a key's generation is the assignment that first placed it. A rerun without new rows
     is no new generation; new settings (every row assigned afresh) are; an assignment saved without generations reads
     as generation 0."""
-    p = SplitParams(key=["id"], val_fraction=0.2, test_fraction=0.2)
+    p = SplitParams(key=["id"], val_fraction=0.2, test_fraction=0.2, seed=0)
     first = random_frame(300)
-    one = assign(first, schema_for(first), p, 0)
+    one = assign(first, schema_for(first), p)
     assert one.assignment is not None and one.assignment.generation == 1 and set(one.since.tolist()) == {1}
     one.assignment.save(tmp_path / "a.parquet")
     saved = Assignment.load(tmp_path / "a.parquet")
     assert saved is not None and saved.generation == 1
 
     grown = pd.concat([first, random_frame(30, seed=1).assign(id=lambda f: f["id"] + 300)], ignore_index=True)
-    two = assign(grown, schema_for(grown), p, 0, previous=saved)
+    two = assign(grown, schema_for(grown), p, previous=saved)
     assert two.assignment is not None and two.assignment.generation == 2
     np.testing.assert_array_equal(two.since, np.where(grown["id"] >= 300, 2, 1))  # by id: the appended rows are new
-    same = assign(grown, schema_for(grown), p, 0, previous=two.assignment)
+    same = assign(grown, schema_for(grown), p, previous=two.assignment)
     assert same.assignment is not None and same.assignment.generation == 2
     np.testing.assert_array_equal(same.since, two.since)
-    afresh = assign(grown, schema_for(grown), p, 1, previous=two.assignment)  # another seed: assigned afresh
+    another = p.model_copy(update={"seed": 1})
+    afresh = assign(grown, schema_for(grown), another, previous=two.assignment)  # another seed: assigned afresh
     assert afresh.assignment is not None and afresh.assignment.generation == 3 and set(afresh.since.tolist()) == {3}
 
     import pyarrow.parquet as pq
@@ -533,5 +534,5 @@ def test_each_row_knows_the_generation_it_arrived_in(tmp_path: Path) -> None:
     pq.write_table(table.replace_schema_metadata({b"trainflow": table.schema.metadata[b"trainflow"]}), tmp_path / "o")
     old = Assignment.load(tmp_path / "o")
     assert old is not None and old.generation == 0 and not old.since.any()
-    after_old = assign(grown, schema_for(grown), p, 0, previous=old)
+    after_old = assign(grown, schema_for(grown), p, previous=old)
     np.testing.assert_array_equal(after_old.since, np.where(grown["id"] >= 300, 1, 0))

@@ -55,13 +55,14 @@ def frame_of(n: int, seed: int, labels: int = 3, missing: float = 0.05) -> pd.Da
 
 def both(frame: pd.DataFrame, tmp_path: Path, p: SplitParams, seed: int, previous: Assignment | None = None,
          task: str = "classification") -> tuple[Result, Result, pd.DataFrame]:  # fmt: skip
-    """(whole-table result, bucketed result, the bucketed run's saved assignment)."""
+    """(whole-table result, bucketed result, the bucketed run's saved assignment), with split.seed `seed`."""
+    p = p.model_copy(update={"seed": seed})
     schema = schema_for(frame, ["x", "s"], task)
     table = tmp_path / "table.parquet"
     frame.to_parquet(table, index=False)
-    expected = assign(frame, schema, p, seed, previous)
+    expected = assign(frame, schema, p, previous)
     dest = tmp_path / "assignment.parquet"
-    got = split_stream.assign(table, schema, p, seed, previous, dest, tmp_path / "work")
+    got = split_stream.assign(table, schema, p, previous, dest, tmp_path / "work")
     return expected, got, pq.read_table(dest)
 
 
@@ -69,6 +70,7 @@ def assert_same(expected: Result, got: Result, saved: object, dest: Path) -> Non
     np.testing.assert_array_equal(got.split, expected.split)
     assert got.split.dtype == expected.split.dtype
     np.testing.assert_array_equal(got.since, expected.since)
+    np.testing.assert_array_equal(got.test_keys, expected.test_keys)  # each test row's key, in table order
     assert (got.kept, got.exact, got.notes) == (expected.kept, expected.exact, expected.notes)
     assert expected.assignment is not None
     reference = dest.with_name("reference.parquet")
@@ -89,12 +91,12 @@ MODES = {
 @given(n=st.integers(8, 260), seed=st.integers(0, 2**16), mode=st.sampled_from(sorted(MODES)))
 def test_a_bucketed_split_is_the_whole_table_split(tmp_path: Path, n: int, seed: int, mode: str) -> None:
     frame = frame_of(n, seed)
-    p = SplitParams(val_fraction=0.2, test_fraction=0.15, **MODES[mode])
+    p = SplitParams(val_fraction=0.2, test_fraction=0.15, seed=seed, **MODES[mode])
     try:
         expected, got, saved = both(frame, tmp_path, p, seed)
     except DataError as exc:  # too few rows or groups for a split: the same error from both
         with pytest.raises(DataError) as streamed:
-            split_stream.assign(tmp_path / "table.parquet", schema_for(frame, ["x", "s"]), p, seed, None,
+            split_stream.assign(tmp_path / "table.parquet", schema_for(frame, ["x", "s"]), p, None,
                                 tmp_path / "a.parquet", tmp_path / "w")  # fmt: skip
         assert str(streamed.value) == str(exc)
         return
@@ -103,11 +105,11 @@ def test_a_bucketed_split_is_the_whole_table_split(tmp_path: Path, n: int, seed:
 
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_appended_rows_keep_the_saved_splits_and_take_the_next_generation_alike(tmp_path: Path, mode: str) -> None:
-    p = SplitParams(val_fraction=0.2, test_fraction=0.2, **MODES[mode])
+    p = SplitParams(val_fraction=0.2, test_fraction=0.2, seed=3, **MODES[mode])
     grown = frame_of(300, 7)
     grown.loc[250:, "group"] += 1000  # some new groups among the appended rows
     grown["fid"] = np.floor(grown["fid"])  # ids read as integers before and after the append
-    first = assign(grown.iloc[:200], schema_for(grown.iloc[:200], ["x", "s"]), p, 3)
+    first = assign(grown.iloc[:200], schema_for(grown.iloc[:200], ["x", "s"]), p)
     expected, got, saved = both(grown, tmp_path, p, 3, first.assignment)
     assert_same(expected, got, saved, tmp_path / "assignment.parquet")
     assert got.kept > 0 and set(np.unique(got.since)) == {1, 2}  # the old rows' generation and the new ones'
@@ -121,7 +123,7 @@ def test_appended_rows_keep_the_saved_splits_and_take_the_next_generation_alike(
 
 def test_a_saved_assignment_of_other_settings_is_noted_and_every_row_assigned_afresh_alike(tmp_path: Path) -> None:
     frame = frame_of(120, 1)
-    first = assign(frame, schema_for(frame, ["x", "s"]), SplitParams(), 5)
+    first = assign(frame, schema_for(frame, ["x", "s"]), SplitParams(seed=5))
     expected, got, saved = both(frame, tmp_path, SplitParams(val_fraction=0.3), 5, first.assignment)
     assert_same(expected, got, saved, tmp_path / "assignment.parquet")
     assert got.notes == [
@@ -159,3 +161,23 @@ def test_the_buckets_are_many_and_are_removed_as_they_are_used(tmp_path: Path) -
         split_stream._write_buckets = original  # type: ignore[assignment]
     assert made == [16]  # 200 rows / 16 per bucket -> the next power of two above 12.5
     assert list((tmp_path / "work").glob("bucket-*.bin")) == []
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_rows_that_leave_and_come_back_keep_their_split_alike(tmp_path: Path, mode: str) -> None:
+    """Rows gone from the table stay in the saved assignment (a bucket's range of keys written with the bucket), so
+    that when they come back, after new rows took the open places, they are where they were; the same bucket by
+    bucket as whole."""
+    frame = frame_of(300, 11, missing=0.0)
+    frame["fid"] = np.floor(frame["fid"])  # ids read as integers in each table
+    p = SplitParams(val_fraction=0.2, test_fraction=0.2, seed=4, **MODES[mode])
+    first = assign(frame.iloc[:200], schema_for(frame, ["x", "s"]), p)
+    gone = np.zeros(len(frame), dtype=bool)
+    gone[:200] = np.random.default_rng(2).random(200) < 0.3
+    expected, got, saved = both(frame[~gone].reset_index(drop=True), tmp_path, p, 4, first.assignment)
+    assert_same(expected, got, saved, tmp_path / "assignment.parquet")
+    assert first.assignment is not None and set(first.assignment.keys.tolist()) <= set(saved["key"].to_pylist())
+    back, back_got, saved = both(frame, tmp_path, p, 4, expected.assignment)
+    assert_same(back, back_got, saved, tmp_path / "assignment.parquet")
+    np.testing.assert_array_equal(back_got.split[:200], first.split)  # every row where it was before it left
+    assert back_got.kept == len(frame)

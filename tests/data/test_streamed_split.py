@@ -6,6 +6,7 @@ appended, by group and by time."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -119,6 +120,25 @@ def test_a_streamed_split_by_group_or_time_is_the_in_memory_split(
 ) -> None:
     split_both(projects, monkeypatch, override)
     assert_same_splits(*projects)
+
+
+def test_a_streamed_split_with_its_own_seed_is_the_in_memory_split_and_records_each_test_rows_key(
+    projects: tuple[Paths, Paths], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """split.seed keys the split (the top-level seed does not); each test row's key in test_rows.parquet is a key the
+    assignment holds as a test key, one per test row (read here with pyarrow)."""
+    memory, _ = projects
+    split_both(projects, monkeypatch)
+    default = pd.read_parquet(memory.split_file("test"))
+    split_both(projects, monkeypatch, "split.seed=7", "seed=3")
+    assert_same_splits(*projects)
+    for paths in projects:
+        assignment = pq.read_table(paths.splits / ASSIGNMENT)
+        assert json.loads(assignment.schema.metadata[b"trainflow"])["seed"] == 7
+        tests = set(np.asarray(assignment["key"])[np.asarray(assignment["split"]) == 2].tolist())
+        keys = pq.read_table(paths.splits / TEST_ROWS)["key"].to_pylist()
+        assert len(keys) == len(paths.read_split("test")) and set(keys) == tests
+    assert not pd.read_parquet(memory.split_file("test")).equals(default)  # another seed, another split
 
 
 def test_a_streamed_split_names_a_damaged_table_and_how_to_restore_it(

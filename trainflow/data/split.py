@@ -1,10 +1,16 @@
 """Train/val/test split of the processed table: exact fractions, stratified by class, stable under appended rows.
 
-Every row has a key: the seeded 64-bit hash of its `split.key` columns, of its `split.group_by` column, or of the whole
-row. Rows with one key (a group, or duplicate rows) always share a split. The split of every key is saved with the
-splits (`assignment.parquet`), and the next split with the same settings (seed, fractions, stratification, key
-columns) keeps every saved key where it was: appending rows never moves an existing row, so what was test stays test
-and a model is never trained on rows it was once evaluated on.
+Every row has a key: the 64-bit hash of its `split.key` columns, of its `split.group_by` column, or of the whole row,
+seeded by `split.seed` (the split's own seed: the top-level seed trains, and never moves a row). Rows with one key (a
+group, or duplicate rows) always share a split. The split of every key is saved with the splits (`assignment.parquet`),
+and the next split with the same settings (seed, fractions, stratification, key columns) keeps every saved key where it
+was, also the keys of rows that have left the table, should they come back: appending (or removing and restoring) rows
+never moves an existing row, so what was test stays test and a model is never trained on rows it was once evaluated on.
+
+An assignment started afresh (the first, or after a change of settings) gets a lineage id, a hash of its settings, its
+keys and its generation, which every later assignment that keeps it carries. A registered version is tagged with it:
+two versions of one lineage were split alike, row for row, so none was tested on rows the other trained on (the
+champion gate relies on it, and looks the rows up key by key in the older assignment otherwise).
 
 Sizes are exact. Within each stratum — a class, with `split.stratify` on a classification task; else the whole table —
 each split holds the stratum's rows times its fraction, rounded up or down (within one row), and the split totals are
@@ -14,8 +20,9 @@ error. New keys take the places that keep each stratum at its fractions: a strat
 keys (a seeded random order), fill its new test places first, then val, then train.
 
 `split.time_column` instead sorts the rows by time: the oldest train, later ones validate, the newest test, and rows
-with equal timestamps are never on two sides of a boundary. It is deliberately not stable under appends (newer rows
-push the boundaries forward) and saves no assignment.
+with equal timestamps are never on two sides of a boundary. Text is read as numbers or ISO timestamps, or refused (as
+text, "day 60" sorts before "day 7"). It is deliberately not stable under appends (newer rows push the boundaries
+forward) and saves no assignment.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -39,7 +46,7 @@ from trainflow.paths import SPLITS
 
 TRAIN, VAL, TEST = 0, 1, 2  # indices into SPLITS
 ASSIGNMENT = "assignment.parquet"
-TEST_ROWS = "test_rows.parquet"  # per row of test.parquet, in its order: the generation the row arrived in
+TEST_ROWS = "test_rows.parquet"  # per row of test.parquet, in its order: its key and the generation it arrived in
 FORMAT = 2  # of the saved assignment; a change starts every project's assignment afresh (2: keys depend on the seed)
 _MAX_LISTED = 10
 # The proper non-empty subsets of the three splits, for the feasibility test in `quotas`.
@@ -60,6 +67,19 @@ def seeded(keys: np.ndarray, seed: int) -> np.ndarray:
         z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
         z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     return z ^ (z >> np.uint64(31))
+
+
+def unseeded(keys: np.ndarray, seed: int) -> np.ndarray:
+    """The inverse of `seeded`: each step of splitmix64's finaliser undone (an xorshift by its repeated shifts, a
+    multiplication by the constant's inverse modulo 2**64), then the seed's word taken off."""
+    z = keys.astype(np.uint64)
+    with np.errstate(over="ignore"):
+        z = z ^ (z >> np.uint64(31)) ^ (z >> np.uint64(62))
+        z = z * np.uint64(pow(0x94D049BB133111EB, -1, 2**64))
+        z = z ^ (z >> np.uint64(27)) ^ (z >> np.uint64(54))
+        z = z * np.uint64(pow(0xBF58476D1CE4E5B9, -1, 2**64))
+        z = z ^ (z >> np.uint64(30)) ^ (z >> np.uint64(60))
+    return z ^ seed_word(seed)
 
 
 def row_keys(frame: pd.DataFrame, columns: list[str], seed: int, integral: dict[str, bool] | None = None) -> np.ndarray:
@@ -98,14 +118,17 @@ class Assignment:
     """The split of every key (sorted, unique uint64 keys), and the settings it was made under.
 
     `since`: the generation of the assignment each key was first assigned in; `generation` counts the assignments
-    that added keys (1 for the first). A registered version is tagged with the generation it was trained on, so a
-    later comparison can tell the test rows its champion never saw (new data) from the ones it did."""
+    that added keys (1 for the first). `lineage`: the id of the assignment this one extends ("" for one saved before
+    lineages). A registered version is tagged with both, so a later comparison can tell the test rows its champion
+    never saw (new data) from the ones it did: within one lineage, the keys it had are those from its generation or
+    before (a key is never dropped, so that holds exactly)."""
 
     keys: np.ndarray
     split: np.ndarray
     settings: dict[str, Any]
     since: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
     generation: int = 0
+    lineage: str = ""
 
     def __post_init__(self) -> None:
         if len(self.since) != len(self.keys):  # an assignment saved before generations: every key from generation 0
@@ -128,6 +151,17 @@ class Assignment:
         """The saved split of each of `keys` (int8), -1 for a key not saved."""
         return self._saved(keys, self.split)
 
+    def held(self, keys: np.ndarray, settings: dict[str, Any]) -> np.ndarray | None:
+        """The split this assignment gave each of `keys`, keys of an assignment made under `settings` (int8; -1: a row
+        it never held), or None where its keys hash other columns than those (no key of one names a row of the
+        other). Keys of another seed are mapped through the unseeded hash: `seeded` is a bijection."""
+        mine, theirs = self.settings, settings
+        if any(mine.get(k) != theirs.get(k) for k in ("format", "mode", "columns")):
+            return None
+        if mine["seed"] != theirs["seed"]:
+            keys = seeded(unseeded(keys, int(theirs["seed"])), int(mine["seed"]))
+        return self.lookup(keys)
+
     def save(self, path: Path) -> None:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -139,35 +173,188 @@ class Assignment:
                 "since": pa.array(self.since, pa.int32()),
             }
         )
-        metadata = {"trainflow": json.dumps(self.settings, sort_keys=True), "generation": str(self.generation)}
-        pq.write_table(table.replace_schema_metadata(metadata), path)
+        pq.write_table(table.replace_schema_metadata(metadata(self.settings, self.generation, self.lineage)), path)
+
+    @classmethod
+    def read(cls, path: Path) -> Assignment:
+        """The assignment saved at `path` (raises what pyarrow, json or a missing field raise)."""
+        import pyarrow.parquet as pq
+
+        file = pq.ParquetFile(path)
+        saved = file.schema_arrow.metadata or {}
+        settings = json.loads(saved[b"trainflow"])
+
+        def column(name: str, dtype: type) -> np.ndarray:  # one column's Arrow copy held at a time, not the file's
+            return np.asarray(file.read(columns=[name]).column(0).to_numpy(), dtype=dtype)
+
+        keys = column("key", np.uint64)
+        split = column("split", np.int8)
+        since = column("since", np.int32) if "since" in file.schema_arrow.names else np.zeros(len(keys), np.int32)
+        generation = int(saved.get(b"generation", b"0"))
+        return cls(keys, split, settings, since, generation, saved.get(b"lineage", b"").decode())
 
     @classmethod
     def load(cls, path: Path) -> Assignment | None:
         """The assignment saved at `path`; None (with a note on stderr) if there is none or it cannot be read."""
-        import pyarrow.parquet as pq
-
         if not path.is_file():
             return None
         try:
-            file = pq.ParquetFile(path)
-            metadata = file.schema_arrow.metadata or {}
-            settings = json.loads(metadata[b"trainflow"])
-
-            def column(name: str, dtype: type) -> np.ndarray:  # one column's Arrow copy held at a time, not the file's
-                return np.asarray(file.read(columns=[name]).column(0).to_numpy(), dtype=dtype)
-
-            keys = column("key", np.uint64)
-            split = column("split", np.int8)
-            has_since = "since" in file.schema_arrow.names
-            since = column("since", np.int32) if has_since else np.zeros(len(keys), np.int32)
-            generation = int(metadata.get(b"generation", b"0"))
+            return cls.read(path)
         except Exception as exc:  # noqa: BLE001 - an unreadable record only means no row is kept where it was
             print(
                 f"split: cannot read {path} ({type(exc).__name__}: {exc}); assigning every row afresh", file=sys.stderr
             )
             return None
-        return cls(keys, split, settings, since, generation)
+
+
+def metadata(settings: dict[str, Any], generation: int, lineage: str) -> dict[str, str]:
+    """The saved assignment's Parquet metadata (an assignment from before lineages had none: "")."""
+    out = {"trainflow": json.dumps(settings, sort_keys=True), "generation": str(generation)}
+    return out | ({"lineage": lineage} if lineage else {})
+
+
+def lineage_hash(settings: dict[str, Any]) -> Any:
+    """The hash an assignment started afresh is named by: its settings, then (`update`) its keys in key order, then
+    (`lineage_id`) its generation. Two assignments named alike were made of the same keys under the same settings,
+    so every row is in the same split in both."""
+    h = hashlib.blake2b(digest_size=8)
+    h.update(json.dumps(settings, sort_keys=True).encode())
+    return h
+
+
+def lineage_id(h: Any, generation: int) -> str:
+    h.update(f"generation {generation}".encode())
+    return str(h.hexdigest())
+
+
+def with_gone(
+    keys: np.ndarray, split: np.ndarray, since: np.ndarray, saved: Assignment | None, lo: int = 0, hi: int | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`keys` (sorted, unique) with their split and generation, and the saved keys `saved.keys[lo:hi]` that are not
+    among them (rows that left the table) with theirs, in key order: a row that comes back finds its split."""
+    if saved is None:
+        return keys, split, since
+    old = saved.keys[lo:hi]
+    if len(keys) and len(old):
+        pos = np.minimum(np.searchsorted(keys, old), len(keys) - 1)
+        gone = keys[pos] != old
+    else:
+        gone = np.ones(len(old), dtype=bool)
+    if not gone.any():
+        return keys, split, since
+    every = np.concatenate([keys, old[gone]])
+    order = np.argsort(every, kind="stable")
+    return (
+        every[order],
+        np.concatenate([split, saved.split[lo:hi][gone]])[order],
+        np.concatenate([since, saved.since[lo:hi][gone]])[order],
+    )
+
+
+@dataclass
+class Held:
+    """Which of this split's test rows another version's split held, and where: `split`, per test row, its split
+    there (TRAIN, VAL, TEST; -1 for a row it never held), None where unknown; `clean`, per test row, whether that
+    version neither trained nor validated on it (None: unknown, so no row may be compared); `how`: how it is known,
+    or why it is not."""
+
+    split: np.ndarray | None
+    clean: np.ndarray | None
+    how: str
+
+
+class Stored(Protocol):
+    """Another version's splits as stored (by the register stage, from the DVC cache): what `TestRows.held_by` asks."""
+
+    def assignment(self) -> Assignment | None:
+        """Its saved assignment, None where there is none (a time split) or it cannot be read."""
+
+    def latest(self, column: str) -> Any | None:
+        """The latest time (`time_order`) of its train and val rows in `column`, None where they cannot be read."""
+
+
+TIME = "time:"  # a time split's lineage: TIME + its column (a time split saves no assignment, so no id)
+
+
+@dataclass
+class TestRows:
+    """What the split saved of its test rows for comparisons with other versions: its lineage (an assignment's id, or
+    TIME + column for a time split), its assignment's generation and settings, and per test row its key and the
+    generation it arrived in, or (a time split) its time. None where the split saved none: a time split has no
+    assignment, and splits written before keys were saved have no keys."""
+
+    lineage: str | None
+    generation: int | None = None
+    settings: dict[str, Any] | None = None
+    keys: np.ndarray | None = None
+    since: np.ndarray | None = None
+    times: pd.Series | None = None
+
+    @classmethod
+    def read(cls, splits: Path) -> TestRows:
+        """The test rows' record in the folder of splits `splits` (assignment.parquet's metadata, test_rows.parquet)."""
+        import pyarrow.parquet as pq
+
+        assignment, rows = splits / ASSIGNMENT, splits / TEST_ROWS
+        if not (assignment.is_file() and rows.is_file()):
+            return cls(None)
+        saved = pq.read_schema(assignment).metadata or {}
+        table = pq.read_table(rows)
+        return cls(
+            saved[b"lineage"].decode() if b"lineage" in saved else None,
+            int(saved[b"generation"]) if b"generation" in saved else None,
+            json.loads(saved[b"trainflow"]) if b"trainflow" in saved else None,
+            table.column("key").to_numpy() if "key" in table.column_names else None,
+            table.column("since").to_numpy(),
+        )
+
+    @classmethod
+    def by_time(cls, column: str, times: pd.Series) -> TestRows:
+        """A time split's test rows: their times in `column`."""
+        return cls(TIME + column, times=time_order(times.reset_index(drop=True), column))
+
+    def held_by(self, lineage: str | None, generation: int | None, other: Stored) -> Held:
+        """Which test rows another version's split held: a version trained on split lineage `lineage` at `generation`
+        (its tags), whose stored splits are `other`."""
+        if self.times is not None:  # a time split
+            if lineage != self.lineage:
+                return Held(None, None, f"this split is by time ({self.lineage}) and the champion's was not, or by "
+                                        "another column: it saved no record of these rows")  # fmt: skip
+            column = self.lineage.removeprefix(TIME) if self.lineage else ""
+            latest = other.latest(column)
+            if latest is None:
+                return Held(None, None, "the champion's splits are not in the DVC cache")
+            try:
+                clean = (self.times > latest).to_numpy(dtype=bool)
+            except TypeError as exc:
+                return Held(None, None, f"its times in {column!r} do not compare with these ({exc})")
+            how = (f"both splits are by time ({column!r}): {int((~clean).sum())} of these {len(clean)} test rows are "
+                   f"no later than the champion's latest train or val row ({latest})")  # fmt: skip
+            return Held(None, clean, how)
+        n = len(self.since) if self.since is not None else 0
+        if self.lineage and lineage == self.lineage and generation is not None and self.since is not None:
+            held = np.where(self.since <= generation, TEST, -1).astype(np.int8)
+            how = (f"this split extends the champion's (assignment {lineage}, generation {generation}), where a row "
+                   "never changes split: each test row was a test row there too, or new")  # fmt: skip
+            return Held(held, np.ones(n, dtype=bool), how)
+        if self.keys is None or self.settings is None:
+            return Held(None, None, "this split saved no row keys (written by an older trainflow: split again)")
+        saved = other.assignment()
+        if saved is None:
+            why = "the champion's split was another assignment, and it is not in the DVC cache"
+            return Held(None, None, why if not (lineage or "").startswith(TIME) else "the champion's split was by time")
+        there = saved.held(self.keys, self.settings)
+        if there is None:
+            mine, theirs = self.settings, saved.settings
+            return Held(None, None, f"the champion's split keyed rows by {theirs.get('mode')} {theirs.get('columns')}, "
+                                    f"this one by {mine.get('mode')} {mine.get('columns')}: no key of one names a row "
+                                    "of the other")  # fmt: skip
+        clean = (there < 0) | (there == TEST)
+        changed = sorted(k for k in self.settings if saved.settings.get(k) != self.settings[k])
+        made = f"made with other settings: {', '.join(changed)}" if changed else "made afresh"
+        how = (f"the champion's split was another assignment ({made}), looked up key by key: {int((~clean).sum())} "
+               f"of these {n} test rows were in its train or val split")  # fmt: skip
+        return Held(there, clean, how)
 
 
 @dataclass
@@ -180,29 +367,25 @@ class Result:
     exact: bool = True  # every split's total within one row of its fraction (always, unless appends forbid it)
     notes: list[str] = field(default_factory=list)  # warnings shown to the user
     since: np.ndarray | None = None  # per row: the assignment generation its key was first assigned in
+    test_keys: np.ndarray | None = None  # per test row, in table order: its key (uint64)
 
 
-def assign(
-    frame: pd.DataFrame, schema: Schema, p: SplitParams, seed: int, previous: Assignment | None = None
-) -> Result:
+def assign(frame: pd.DataFrame, schema: Schema, p: SplitParams, previous: Assignment | None = None) -> Result:
     """Split every row of `frame`, keeping the keys `previous` (made under the same settings) saved where they were.
 
-    Raises DataError for an unknown column, missing timestamps, or an empty split.
+    Raises DataError for an unknown column, a time column that is not time, missing timestamps, or an empty split.
     """
     _check_columns(frame, p)
-    if p.time_column is not None:
-        result = Result(_by_time(frame, p), None)
-    else:
-        result = _by_key(frame, schema, p, seed, previous)
-    _check_not_empty(result.split, frame, p)
+    result = Result(_by_time(frame, p), None) if p.time_column is not None else _by_key(frame, schema, p, previous)
+    _check_not_empty(result.split, frame, p, schema)
     return result
 
 
 def split_frame(
-    frame: pd.DataFrame, schema: Schema, p: SplitParams, seed: int, previous: Assignment | None = None
+    frame: pd.DataFrame, schema: Schema, p: SplitParams, previous: Assignment | None = None
 ) -> tuple[dict[str, pd.DataFrame], Result]:
     """The train/val/test subsets of `frame` by `assign`, each in table order with a fresh 0..n-1 index."""
-    result = assign(frame, schema, p, seed, previous)
+    result = assign(frame, schema, p, previous)
     rows = frame.drop(columns=[ROW_KEY], errors="ignore")  # the key is the split's business: not in the split files
     parts = {name: rows.iloc[np.flatnonzero(result.split == i)].reset_index(drop=True) for i, name in enumerate(SPLITS)}
     return parts, result
@@ -211,7 +394,7 @@ def split_frame(
 # --- keyed splits ----------------------------------------------------------------------------------------------------
 
 
-def settings(frame: pd.DataFrame, schema: Schema, p: SplitParams, seed: int) -> dict[str, Any]:
+def settings(frame: pd.DataFrame, schema: Schema, p: SplitParams) -> dict[str, Any]:
     """What a saved assignment must have been made under to be kept: the same keys, fractions and strata."""
     if p.group_by is not None:
         mode, columns = "group_by", [p.group_by]
@@ -224,7 +407,7 @@ def settings(frame: pd.DataFrame, schema: Schema, p: SplitParams, seed: int) -> 
     stratified = p.stratify and schema.task == "classification"
     return {
         "format": FORMAT,
-        "seed": seed,
+        "seed": p.seed,  # an assignment made under the top-level seed, when it keyed the split, has it here too
         "val_fraction": p.val_fraction,
         "test_fraction": p.test_fraction,
         "mode": mode,
@@ -233,10 +416,10 @@ def settings(frame: pd.DataFrame, schema: Schema, p: SplitParams, seed: int) -> 
     }
 
 
-def _by_key(frame: pd.DataFrame, schema: Schema, p: SplitParams, seed: int, previous: Assignment | None) -> Result:
-    current = settings(frame, schema, p, seed)
+def _by_key(frame: pd.DataFrame, schema: Schema, p: SplitParams, previous: Assignment | None) -> Result:
+    current = settings(frame, schema, p)
     previous, last, notes = usable(previous, current)
-    keys = row_keys(frame, current["columns"], seed)
+    keys = row_keys(frame, current["columns"], p.seed)
     # Units: one per distinct key, in key order (the seeded hash: a random order that no row order can change).
     unit_keys, unit_of_row, weight = _units(keys)
     stratum_of_unit, labels = _strata(frame, schema, current["stratify_by"], unit_of_row, len(unit_keys))
@@ -257,8 +440,17 @@ def _by_key(frame: pd.DataFrame, schema: Schema, p: SplitParams, seed: int, prev
         print(note, file=sys.stderr)
     generation = last + 1 if (~held).any() or previous is None else last
     since = np.where(held, previous.generation_of(unit_keys) if previous is not None else 0, generation)
-    assignment = Assignment(unit_keys, split_of_unit, current, since.astype(np.int32), generation)
-    return Result(split, assignment, int(weight[held].sum()), exact, notes, assignment.since[unit_of_row])
+    since = since.astype(np.int32)
+    if previous is not None and previous.lineage:
+        lineage = previous.lineage
+    else:  # afresh, or an assignment saved before lineages: named after what it holds now
+        h = lineage_hash(current)
+        h.update(np.ascontiguousarray(unit_keys, dtype="<u8").data)
+        lineage = lineage_id(h, generation)
+    every, split_of_every, since_of_every = with_gone(unit_keys, split_of_unit, since, previous)
+    saved = Assignment(every, split_of_every, current, since_of_every, generation, lineage)
+    test = split == TEST
+    return Result(split, saved, int(weight[held].sum()), exact, notes, since[unit_of_row], keys[test])
 
 
 def usable(previous: Assignment | None, current: dict[str, Any]) -> tuple[Assignment | None, int, list[str]]:
@@ -272,6 +464,13 @@ def usable(previous: Assignment | None, current: dict[str, Any]) -> tuple[Assign
         changed = sorted(k for k in current if previous.settings.get(k) != current[k])
         note = (f"split: the saved assignment was made with other settings ({', '.join(changed)}); every row is "
                 "assigned afresh")  # fmt: skip
+        if changed == ["seed"]:
+            old = previous.settings.get("seed")
+            note += (
+                f". It was made with seed {old}, and split.seed is {current['seed']}: the split has a seed of its own "
+                "now, and the top-level seed (the training seed) no longer moves rows. To keep every row where it "
+                f"was, set split.seed: {old} in params.yaml (or -S split.seed={old}) and split again"
+            )
         return None, last, [note]
     return previous, last, []
 
@@ -487,6 +686,7 @@ def _by_time(frame: pd.DataFrame, p: SplitParams) -> np.ndarray:
             f"split.time_column: {n_missing} of {len(frame)} rows have no timestamp in column {p.time_column!r}; "
             "fill or drop them (data.missing: drop) or split without split.time_column"
         )
+    times = time_order(times, p.time_column)
     n = len(frame)
     order = times.reset_index(drop=True).sort_values(kind="stable").index.to_numpy()
     ordered = times.to_numpy()[order]
@@ -498,6 +698,30 @@ def _by_time(frame: pd.DataFrame, p: SplitParams) -> np.ndarray:
     split = np.empty(n, dtype=np.int8)
     split[order] = by_position
     return split
+
+
+def time_order(times: pd.Series, column: str) -> pd.Series:
+    """`times` as values that sort in time: numbers, timestamps and booleans as they are; text (a column ingest did not
+    type: excluded from the features, or categorical) read as numbers, else as ISO timestamps; other text refused,
+    since it sorts by its characters ("day 60" before "day 7")."""
+    if not (pd.api.types.is_object_dtype(times.dtype) or pd.api.types.is_string_dtype(times.dtype)):
+        return times
+    text = times.astype("string").str.strip()
+    numbers = pd.to_numeric(text, errors="coerce")
+    if numbers.notna().all():
+        return numbers.astype(np.float64)
+    try:
+        return pd.Series(pd.to_datetime(text, format="ISO8601", utc=True), index=times.index)
+    except (ValueError, TypeError, OverflowError):
+        pass
+    distinct = text.drop_duplicates()
+    examples = ", ".join(repr(v) for v in distinct.sort_values().head(3))
+    raise DataError(
+        f"split.time_column: column {column!r} holds text that is neither numbers nor ISO timestamps ({examples}, "
+        f"... of {len(distinct)} distinct values, in the order text sorts: by its characters, not in time); give the "
+        "source a column of numbers (6, 7, 60) or ISO dates (2026-01-06) for it, ingest, then split again; or split "
+        "without split.time_column"
+    )
 
 
 def _boundary(ordered: np.ndarray, cut: int) -> int:
@@ -529,6 +753,16 @@ def _check_columns(frame: pd.DataFrame, p: SplitParams) -> None:
             )
 
 
+def _stratified_too_small(frame: pd.DataFrame, schema: Schema, p: SplitParams, split: int) -> bool:
+    """Whether `split` is empty because the split is stratified, and would not be without: the classes are too small
+    to give it a row, and the same rows unstratified would (exact quotas of the whole table)."""
+    if not p.stratify or schema.task != "classification" or p.time_column is not None or p.group_by is not None:
+        return False
+    one = np.array([len(frame)], dtype=np.int64)
+    quota, _ = quotas(one, np.zeros((1, 3), dtype=np.int64), fraction_parts(p))
+    return bool(quota[0, split] > 0)
+
+
 def _row_columns(frame: pd.DataFrame, schema: Schema) -> list[str]:
     """The processed table's columns, in schema order: features, the text column, the target."""
     columns = [*schema.features, *([schema.text_column] if schema.text_column else []), schema.target]
@@ -541,7 +775,8 @@ def _row_columns(frame: pd.DataFrame, schema: Schema) -> list[str]:
     return columns
 
 
-def _check_not_empty(split: np.ndarray, frame: pd.DataFrame, p: SplitParams) -> None:
+def _check_not_empty(split: np.ndarray, frame: pd.DataFrame, p: SplitParams, schema: Schema | None = None) -> None:
+    """Raise for an empty split, with the change that fills it. `schema`: for a stratified split's advice."""
     sizes = [np.count_nonzero(split == i) for i in range(len(SPLITS))]  # (bincount would copy `split` to int64)
     fractions = {"train": 1 - p.val_fraction - p.test_fraction, "val": p.val_fraction, "test": p.test_fraction}
     for i, name in enumerate(SPLITS):
@@ -556,6 +791,15 @@ def _check_not_empty(split: np.ndarray, frame: pd.DataFrame, p: SplitParams) -> 
             rows += f", {frame[p.time_column].nunique()} distinct timestamps"
             more = "add rows with other timestamps"
         fix = "lower split.val_fraction / split.test_fraction" if name == "train" else f"raise split.{name}_fraction"
+        if name != "train" and schema is not None and _stratified_too_small(frame, schema, p, i):
+            counts = frame[schema.target].value_counts(dropna=False)
+            one = int((counts == 1).sum())
+            why = (f"every one of the {len(counts)} classes has a single row, so no fraction fills the {name} split"
+                   if one == len(counts) else f"its {len(counts)} classes ({one} with a single row) are too small to "
+                   f"spare one for {name}")  # fmt: skip
+            more = "add rows of the small classes"
+            fix = ("set split.stratify: false (-S split.stratify=false) to split the rows whatever their class: a "
+                   f"stratified split keeps one row of every class in train, and {why}")  # fmt: skip
         raise DataError(
             f"split: the {name} split is empty ({rows}, {name} fraction {fractions[name]:g}); {more} or {fix}"
         )

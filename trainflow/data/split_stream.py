@@ -11,14 +11,15 @@ bits. Bucket b holds exactly the keys of the b-th range of key values, so walkin
 3. every bucket again: its new units take their stratum's open places with `split._fill`, which is told how many of
    the stratum's new rows came before in key order, so each unit lands exactly where the whole-table fill puts it.
 
-Held for the whole table: the split of each row (1 byte) and its generation (4 bytes), and the saved assignment being
-kept (13 bytes a key), which the issue allows; everything else is one bucket (about BUCKET_ROWS rows) at a time. The
-assignment is written as it is made, a bucket at a time, in key order.
+Held for the whole table: the split of each row (1 byte) and its generation (4 bytes), each test row's number and key
+(16 bytes a test row), and the saved assignment being kept (13 bytes a key); everything else is one bucket (about
+BUCKET_ROWS rows) at a time. The assignment is written as it is made, a bucket at a time, in key order, with the saved
+keys of the bucket's range that left the table (`split.with_gone`). A new lineage's id hashes the units' keys in key
+order, which the first walk sees bucket by bucket, before the file is opened for its metadata.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -40,14 +41,14 @@ RECORD = np.dtype([("key", "<u8"), ("row", "<i8"), ("code", "<i4")])
 
 
 def assign(
-    path: Path, schema: Schema, p: SplitParams, seed: int, previous: sp.Assignment | None, dest: Path, work: Path
+    path: Path, schema: Schema, p: SplitParams, previous: sp.Assignment | None, dest: Path, work: Path
 ) -> sp.Result:
     """`split.assign` of the Parquet table at `path` for a keyed split (no split.time_column), reading it a block of
     rows at a time; the assignment is written to `dest` (as `Assignment.save` writes it) and the Result holds none.
     `work`: a folder for the buckets, removed by the caller."""
     columns = stream.ParquetColumns(path)
     sp._check_columns(columns, p)
-    current = sp.settings(columns, schema, p, seed)
+    current = sp.settings(columns, schema, p)
     key_columns = current["columns"]
     if current["mode"] == "row" and key_columns != [ROW_KEY]:
         sp._row_columns(columns, schema)  # its clear error for a table without the schema's columns
@@ -62,14 +63,18 @@ def assign(
     buckets = _bucket_count(n)
     work.mkdir(parents=True, exist_ok=True)
     files = [work / f"bucket-{b:05d}.bin" for b in range(buckets)]
-    _write_buckets(path, key_columns, stratify_by, labels, integral, seed, files)
+    _write_buckets(path, key_columns, stratify_by, labels, integral, p.seed, files)
 
     # 1. per stratum: rows (by unit), and rows kept in each split
     sizes = np.zeros(width, dtype=np.int64)
     kept = np.zeros((width, 3), dtype=np.int64)
     top, units, new_units = -1, 0, 0
+    named = previous.lineage if previous is not None and previous.lineage else None
+    h = sp.lineage_hash(current) if named is None else None  # afresh (or saved before lineages): named by its keys
     for f in files:
-        stratum, weight, fixed = _unit_counts(f, labels, previous)
+        unit_keys, stratum, weight, fixed = _unit_counts(f, labels, previous)
+        if h is not None:
+            h.update(np.ascontiguousarray(unit_keys, dtype="<u8").data)
         sizes += np.bincount(stratum, weights=weight, minlength=width).astype(np.int64)
         held = fixed >= 0
         np.add.at(kept, (stratum[held], fixed[held]), weight[held])
@@ -81,56 +86,72 @@ def assign(
     quota, exact = sp.quotas(sizes, kept, sp.fraction_parts(p))
     places = quota - kept
     generation = last + 1 if new_units or previous is None else last
+    lineage = sp.lineage_id(h, generation) if h is not None else named or ""
 
     # 3. the fill, a bucket at a time in key order
     split = np.empty(n, dtype=np.int8)
     since_row = np.empty(n, dtype=np.int32)
+    test_rows: list[np.ndarray] = []
+    test_keys: list[np.ndarray] = []
     table = np.zeros((len(labels), 3), dtype=np.int64) if labels is not None else None
     before = np.zeros(strata, dtype=np.float64)
     schema_out = pa.schema([("key", pa.uint64()), ("split", pa.int8()), ("since", pa.int32())])
-    metadata = {"trainflow": json.dumps(current, sort_keys=True), "generation": str(generation)}
+    metadata = sp.metadata(current, generation, lineage)
+    # Where each bucket's range of keys starts in the saved assignment: its keys that left the table are written
+    # with the bucket.
+    starts = np.arange(buckets, dtype=np.uint64) << _shift(buckets)
+    bounds = [*np.searchsorted(previous.keys, starts).tolist(), None] if previous is not None else []
     kept_rows = 0
     with pq.ParquetWriter(dest, schema_out.with_metadata(metadata)) as writer:
-        for f in files:
+        for i, f in enumerate(files):
             b = _Bucket(np.fromfile(f, dtype=RECORD), labels, previous)
             split_of_unit = sp._fill(b.fixed, b.stratum, b.weight, places, before)
             held = b.fixed >= 0
             kept_rows += int(b.weight[held].sum())
             saved = previous.generation_of(b.keys) if previous is not None else np.zeros(len(b.keys), np.int32)
             since = np.where(held, saved, generation).astype(np.int32)
-            split[b.rows] = split_of_unit[b.unit_of_row]
+            split_of_row = split_of_unit[b.unit_of_row]
+            split[b.rows] = split_of_row
             since_row[b.rows] = since[b.unit_of_row]
+            test = split_of_row == sp.TEST
+            test_rows.append(b.rows[test])
+            test_keys.append(b.keys[b.unit_of_row[test]])
             if table is not None and labels is not None:
-                table += sp.class_table(b.codes, split_of_unit[b.unit_of_row], len(labels))
-            columns_out = [pa.array(b.keys, pa.uint64()), pa.array(split_of_unit, pa.int8()), pa.array(since)]
+                table += sp.class_table(b.codes, split_of_row, len(labels))
+            lo, hi = (bounds[i], bounds[i + 1]) if previous is not None else (0, None)
+            keys_out, split_out, since_out = sp.with_gone(b.keys, split_of_unit, since, previous, lo, hi)
+            columns_out = [pa.array(keys_out, pa.uint64()), pa.array(split_out, pa.int8()), pa.array(since_out)]
             writer.write_table(pa.table(columns_out, schema=schema_out))
             f.unlink()
     if table is not None and labels is not None:
         notes += sp.small_class_notes(labels, table)
     for note in notes:
         print(note, file=sys.stderr)
-    sp._check_not_empty(split, columns, p)
-    return sp.Result(split, None, kept_rows, exact, notes, since_row)
+    sp._check_not_empty(split, columns, p, schema)
+    rows = np.concatenate(test_rows)
+    keys = np.concatenate(test_keys)[np.argsort(rows, kind="stable")]  # in table order, as the test split reads
+    return sp.Result(split, None, kept_rows, exact, notes, since_row, keys)
 
 
 def _unit_counts(
     path: Path, labels: pd.Index | None, previous: sp.Assignment | None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A bucket's units' strata, rows and saved splits (-1: new), in no particular order: what the quotas need. Where
-    no key repeats (every row its own unit: rows keyed by their values, without duplicates), the units are the rows,
-    and only np.sort is needed to see that: 18 ms for 1M keys, where the units in key order (`_Bucket`) take 180."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A bucket's units' keys (in key order), and their strata, rows and saved splits (-1: new), in no particular
+    order: what the quotas need. Where no key repeats (every row its own unit: rows keyed by their values, without
+    duplicates), the units are the rows, and only np.sort is needed to see that: 18 ms for 1M keys, where the units in
+    key order (`_Bucket`) take 180."""
     records = np.fromfile(path, dtype=RECORD)
     keys, codes = records["key"], records["code"]
     order = np.argsort(keys) if previous is not None else None  # saved splits are looked up in key order
     ordered = keys[order] if order is not None else np.sort(keys)
     if len(ordered) > 1 and bool((ordered[1:] == ordered[:-1]).any()):
         b = _Bucket(records, labels, previous)
-        return b.stratum, b.weight, b.fixed
+        return b.keys, b.stratum, b.weight, b.fixed
     stratum = np.zeros(len(codes), np.int64) if labels is None else np.where(codes < 0, len(labels), codes)
     fixed = np.full(len(codes), -1, dtype=np.int8)
     if previous is not None and order is not None:
         stratum, fixed = stratum[order], previous.lookup(ordered)
-    return stratum.astype(np.int64), np.ones(len(codes), np.int64), fixed
+    return ordered, stratum.astype(np.int64), np.ones(len(codes), np.int64), fixed
 
 
 class _Bucket:
@@ -174,6 +195,11 @@ def _whole_column_facts(
     return labels, integral
 
 
+def _shift(buckets: int) -> np.uint64:
+    """The shift that leaves a key's bucket: its top log2(buckets) bits (64 with one bucket: numpy shifts it to 0)."""
+    return np.uint64(64 - (buckets.bit_length() - 1))
+
+
 def _bucket_count(rows: int) -> int:
     """A power of two, so that a bucket is the keys with the same top bits: about BUCKET_ROWS rows each."""
     count = 1
@@ -186,7 +212,7 @@ def _write_buckets(
     path: Path, key_columns: list[str], stratify_by: str | None, labels: pd.Index | None, integral: dict[str, bool],
     seed: int, files: list[Path],
 ) -> None:  # fmt: skip
-    shift = np.uint64(64 - (len(files).bit_length() - 1))
+    shift = _shift(len(files))
     wanted = list(dict.fromkeys([*key_columns, *([stratify_by] if stratify_by else [])]))
     handles = [f.open("wb") for f in files]
     try:

@@ -1,7 +1,9 @@
 """split: exact train/val/test fractions (stratified by class), stable under appended rows.
 
 The split of every row key is saved beside the splits (data/splits/assignment.parquet; `persist: true` in dvc.yaml, so
-DVC leaves it for the next run) and kept by the next split made with the same settings.
+DVC leaves it for the next run) and kept by the next split made with the same settings (split.*: the top-level seed
+trains, and is not among them). Each test row's key is saved too (test_rows.parquet): the champion gate looks the
+test rows up in the champion's own assignment when it was another.
 
 A processed table bigger than data.memory_budget_mb is split without reading it whole: the row keys are computed a
 block of rows at a time into buckets on disk and assigned a bucket at a time (`split_stream`: the same split of every
@@ -56,9 +58,7 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
         if choice.streamed:
             if params.split.time_column is None:  # keys a block of rows at a time, into buckets by key
                 work = tmp / ".buckets"
-                result = split_stream.assign(
-                    paths.table, schema, params.split, params.seed, previous, tmp / ASSIGNMENT, work
-                )
+                result = split_stream.assign(paths.table, schema, params.split, previous, tmp / ASSIGNMENT, work)
                 shutil.rmtree(work)
             else:  # a time split: each row by its time, against two times selected from the column
                 result = split_stream.assign_by_time(paths.table, params.split)
@@ -66,7 +66,7 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
             np.save(tmp / stream.ROWS, result.split.astype(np.int8, copy=False))
             sizes = [int(c) for c in np.bincount(result.split, minlength=len(SPLITS))]
         else:
-            parts, result = split_frame(paths.read_table(), schema, params.split, params.seed, previous)
+            parts, result = split_frame(paths.read_table(), schema, params.split, previous)
             for name in SPLITS:
                 dest = tmp / paths.split_file(name).name
                 parts[name].to_parquet(dest, index=False, **parquet_options(parts[name]))
@@ -74,9 +74,11 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
         write_json(tmp / paths.split_schema.name, schema.to_json())
         if result.assignment is not None:
             result.assignment.save(tmp / ASSIGNMENT)
-        if result.since is not None:  # per test row, the generation it arrived in: the gate's new-rows slice
-            test_rows = result.since[result.split == SPLITS.index("test")]
-            pd.DataFrame({"since": test_rows}).to_parquet(tmp / TEST_ROWS, index=False)
+        if result.since is not None and result.test_keys is not None:
+            # per test row, its key and the generation it arrived in: which rows the champion's split held (the gate)
+            since = result.since[result.split == SPLITS.index("test")]
+            rows = pd.DataFrame({"since": since, "key": pd.Series(result.test_keys, dtype="uint64")})
+            rows.to_parquet(tmp / TEST_ROWS, index=False)
     out: dict[str, Any] = dict(zip(SPLITS, sizes, strict=True))
     if params.split.time_column is None:
         out["rows_kept_in_place"] = result.kept
