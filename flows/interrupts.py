@@ -1,0 +1,179 @@
+"""Signals to `trainflow run`: SIGINT (a terminal's Ctrl-C), SIGTERM and SIGUSR1 (a scheduler's preemption) end the
+run at any moment within seconds, with one line on stderr and a documented exit code, and a rerun continues.
+
+- During training the train stage catches them itself (train.preempt_signals): a checkpoint after the current
+  update, then Preempted, exit code 75 (trainflow.engine.preempt); the rerun resumes from that checkpoint.
+- Anywhere else (Prefect starting, ingest, split, evaluate, register, DVC's bookkeeping) the handler here raises
+  Interrupted, a KeyboardInterrupt: the stage in progress is abandoned (stages write to temp files and rename them, so
+  nothing is half-written), Prefect records the task and flow run as Crashed, and the rerun runs that stage again.
+  Exit code 130 for SIGINT (nothing was running that could checkpoint; the shell's code for Ctrl-C), 75 for SIGTERM
+  and SIGUSR1 (a preemption: a job script requeues on 75, as after a preempted training).
+- Once the run is stopping, what is left (Prefect recording how the run ended, its services flushing their queues)
+  has a deadline. Prefect's clients retry a server that does not answer, with exponential backoff, per call: a server
+  killed with the run's whole cgroup (systemd, `scancel`) would hold the exit far longer than anyone waits after
+  Ctrl-C, and end it with a traceback. Past DEADLINE_S the process ends without it, with the same code (the next
+  run of the workspace sets a flow run left Running to Crashed: flows/orphans.py).
+- The same signal again within ECHO_S is the same interruption reaching the process twice (a job script forwarding
+  what the scheduler also sent): ignored. Later, a second signal ends the process at once.
+
+During a flow, Prefect swaps its own SIGTERM handler in (TerminationSignal); once it has recorded the crash it puts
+the handler here back and sends SIGTERM again, which then raises Interrupted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from types import FrameType
+
+from trainflow.errors import PREEMPTED
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+INTERRUPTED = 130  # 128 + SIGINT: what a shell shows for a program stopped by Ctrl-C
+ECHO_S = 1.0
+DEADLINE_S = 20.0  # from the first signal (or the checkpoint of a preempted training) to the end of the process
+RERUN = "Finished stages are recorded; rerun `trainflow run` to continue"
+
+
+class Interrupted(KeyboardInterrupt):
+    """A stop signal ended the run outside training: `message` is the CLI's one line, `exit_code` its exit code."""
+
+    def __init__(self, sig: signal.Signals, exit_code: int, message: str) -> None:
+        super().__init__(message)
+        self.signal = sig
+        self.exit_code = exit_code
+        self.message = message
+
+
+class _Stopping:
+    """One run's stop: the exit code once it is stopping, since when, and the deadline's timer; a signal a stage noted
+    and finished anyway (`stop_after_stage`)."""
+
+    def __init__(self) -> None:
+        self.exit_code: int | None = None
+        self.since = 0.0
+        self.timer: threading.Timer | None = None
+        self.after_stage: tuple[signal.Signals, str] | None = None
+
+    def begin(self, exit_code: int, why: str) -> None:
+        self.exit_code, self.since = exit_code, time.monotonic()
+        message = (
+            f"trainflow run: still recording how the run ended {DEADLINE_S:g} s after {why} (is Prefect's server "
+            f"gone?): stopped without it. {RERUN}"
+        )
+        self.timer = threading.Timer(DEADLINE_S, end_now, (exit_code, message))
+        self.timer.daemon = True  # a run that ends in time is not held by it
+        self.timer.start()
+
+    def left_s(self) -> float:
+        return max(0.0, DEADLINE_S - (time.monotonic() - self.since))
+
+
+_run: _Stopping | None = None  # the run this process is (inside `handled`)
+
+
+@contextlib.contextmanager
+def handled() -> Iterator[None]:
+    """Around `trainflow run`: the stop signals raise Interrupted (see the module's docstring). When the block ends
+    stopping, Prefect's services get what is left of the deadline to flush, or the process ends at once."""
+    global _run
+    if threading.current_thread() is not threading.main_thread() or _run is not None:
+        yield
+        return
+    run = _run = _Stopping()
+    previous = {sig: signal.signal(sig, _on_signal) for sig in SIGNALS}
+    try:
+        yield
+    finally:
+        if run.exit_code is not None:
+            # The process is ending: the handlers stay, so that an echo is still ignored and a second signal still
+            # ends it at once, with one line, while the CLI says why and the interpreter tears down.
+            _finish(run)
+        else:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            _run = None
+
+
+def stopping(exit_code: int, why: str) -> None:
+    """The run is ending early (a training preempted and checkpointed): from here on, the deadline applies. Outside
+    `handled` (a deployment's flow run, a test) nothing happens."""
+    if _run is not None and _run.exit_code is None:
+        _run.begin(exit_code, why)
+
+
+def stop_after_stage(sig: signal.Signals, stage: str) -> None:
+    """`stage` noted `sig` and finished anyway (the train stage, signalled after its last update, exports instead of
+    leaving nothing to resume): the run stops once the stage is recorded (`between_stages`)."""
+    if _run is not None and _run.exit_code is None:
+        _run.after_stage = (sig, stage)
+
+
+def between_stages() -> None:
+    """Where the flow has recorded a stage: stop here, exit 75, if a signal came while it finished."""
+    if _run is None or _run.exit_code is not None or _run.after_stage is None:
+        return
+    sig, stage = _run.after_stage
+    _run.begin(PREEMPTED, sig.name)
+    message = f"preempted: {sig.name} received after {stage}'s last update: {stage} finished and is recorded. {RERUN}"
+    raise Interrupted(sig, PREEMPTED, message)
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    run = _run
+    if run is None:  # only installed while there is a run
+        return
+    sig = signal.Signals(signum)
+    if run.exit_code is None:
+        if sig == signal.SIGINT:  # a user's Ctrl-C: the shell's code, what was in progress is redone
+            exit_code, message = INTERRUPTED, f"interrupted: {RERUN}"
+        else:  # a preemption: exit 75 whatever was running, as after a preempted training
+            exit_code, message = PREEMPTED, f"preempted: {sig.name} received: the stage in progress is redone. {RERUN}"
+        run.begin(exit_code, sig.name)
+        raise Interrupted(sig, exit_code, message)
+    if time.monotonic() - run.since > ECHO_S:
+        end_now(run.exit_code, f"trainflow run: {sig.name} again: stopped at once. {RERUN}")
+
+
+def _finish(run: _Stopping) -> None:
+    """Flush Prefect's services (events, logs) and stop its temporary server within what is left of the deadline:
+    what would otherwise hold the interpreter's exit is done here, where it can be bounded."""
+    assert run.exit_code is not None
+    try:
+        # Looked up, not imported: a signal can come before Prefect is imported (or while it is).
+        worker = getattr(sys.modules.get("prefect.events.worker"), "EventsWorker", None)
+        if worker is not None:  # Prefect's queue services share one registry of instances: the log worker's too
+            drained = worker.drain_all(timeout=run.left_s(), at_exit=False)
+            if isinstance(drained, tuple) and drained[1]:  # (done, not done)
+                end_now(run.exit_code, f"trainflow run: Prefect could not flush its events (is its server gone?): "
+                                       f"stopped without them. {RERUN}")  # fmt: skip
+        server = getattr(sys.modules.get("prefect.server.api.server"), "SubprocessASGIServer", None)
+        for instance in list(server._instances.values()) if server is not None else []:  # local mode
+            instance.stop()  # SIGTERM, then SIGKILL after 5 s
+    except Exception as exc:  # noqa: BLE001 - a traceback now would bury the one line: end as the deadline would
+        end_now(run.exit_code, f"trainflow run: could not stop Prefect's services ({exc!r}). {RERUN}")
+    if run.timer is not None:
+        run.timer.cancel()
+    # The interpreter's teardown then runs full collections over everything imported (torch, MLflow, Prefect, DVC):
+    # seconds of CPU, many more on a busy machine. Frozen, that heap is freed by reference counts alone; the cycles
+    # left are the process's last garbage, and its files are closed by now (outputs are written and renamed).
+    gc.freeze()
+
+
+def end_now(exit_code: int, message: str) -> None:
+    """End the process at once with `exit_code`, after one line on stderr; no interpreter teardown, nothing left to do
+    is worth waiting for (the temporary server goes with this process: flows/local_server.py). Called from the
+    deadline's thread too, so the line is written to the descriptor, past Python's buffers and their locks."""
+    if threading.current_thread() is threading.main_thread():
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+    with contextlib.suppress(OSError):
+        os.write(2, f"{message}\n".encode())
+    os._exit(exit_code)

@@ -1,0 +1,108 @@
+"""flows/interrupts.py on its own, in a small process standing in for `trainflow run` (a second or two each): the one
+line and exit code per signal, an echo within a second ignored, a second signal ending the process at once, and the
+deadline ending a run that is stuck recording how it ended (as Prefect's clients were, retrying a gone server).
+
+The end-to-end cases, a real `trainflow run` signalled from outside: tests/flows/test_interrupt_run.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+# The run: inside `handled()`, it says "ready" and waits for a signal. STUCK makes it catch the Interrupted and hang
+# (what Prefect did, retrying a server that was gone), AFTER_STAGE has the stage note a signal and finish.
+RUN = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    from flows import interrupts
+    interrupts.DEADLINE_S = float(os.environ.get("DEADLINE_S", "20"))
+    with interrupts.handled():
+        try:
+            print("ready", flush=True)
+            if os.environ.get("AFTER_STAGE"):
+                interrupts.stop_after_stage(signal.SIGINT, "train")
+                interrupts.between_stages()
+            time.sleep(60)
+        except interrupts.Interrupted as exc:
+            if os.environ.get("STUCK"):
+                time.sleep(60)
+            print(exc.message, file=sys.stderr)
+            sys.exit(exc.exit_code)
+    """
+)
+
+
+def start(**env: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-c", RUN], cwd=REPO, env={**os.environ, **env}, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    return proc
+
+
+def ended(proc: subprocess.Popen[str]) -> tuple[int, str]:
+    try:
+        _, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        _, err = proc.communicate()
+    return proc.returncode, err
+
+
+RERUN = "Finished stages are recorded; rerun `trainflow run` to continue\n"
+
+
+@pytest.mark.parametrize(
+    ("sig", "code", "line"),
+    [
+        (signal.SIGINT, 130, f"interrupted: {RERUN}"),
+        (signal.SIGTERM, 75, f"preempted: SIGTERM received: the stage in progress is redone. {RERUN}"),
+        (signal.SIGUSR1, 75, f"preempted: SIGUSR1 received: the stage in progress is redone. {RERUN}"),
+    ],
+)
+def test_each_stop_signal_outside_training_has_its_line_and_exit_code(
+    sig: signal.Signals, code: int, line: str
+) -> None:
+    proc = start()
+    os.killpg(proc.pid, sig)
+    assert ended(proc) == (code, line)
+
+
+def test_a_signal_the_stage_finished_anyway_stops_the_run_at_the_next_stage_with_75() -> None:
+    said = f"preempted: SIGINT received after train's last update: train finished and is recorded. {RERUN}"
+    assert ended(start(AFTER_STAGE="1")) == (75, said)
+
+
+def test_the_same_signal_within_a_second_is_an_echo_and_a_later_one_ends_the_process_at_once() -> None:
+    proc = start(STUCK="1")
+    os.killpg(proc.pid, signal.SIGTERM)
+    time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGTERM)  # an echo (a job script forwarding what the scheduler sent): ignored
+    time.sleep(1.5)
+    assert proc.poll() is None  # still recording how the run ended
+    again = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)  # a second signal: at once
+    code, err = ended(proc)
+    assert time.monotonic() - again < 5
+    assert (code, err) == (75, f"trainflow run: SIGINT again: stopped at once. {RERUN}")
+
+
+def test_a_run_stuck_recording_its_end_is_ended_by_the_deadline_with_the_signal_s_code() -> None:
+    proc = start(STUCK="1", DEADLINE_S="2")
+    signalled = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)
+    code, err = ended(proc)
+    assert 2 <= time.monotonic() - signalled < 10
+    said = "trainflow run: still recording how the run ended 2 s after SIGINT (is Prefect's server gone?): stopped "
+    assert (code, err) == (130, f"{said}without it. {RERUN}")
