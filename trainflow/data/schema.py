@@ -13,7 +13,16 @@ Kind = Literal["numeric", "categorical", "boolean", "datetime", "text", "image"]
 # and preprocessing does too, so a table a user reads with pandas scores as ingest saw it.
 PATH_SUFFIX = "_path"  # an image column `image` keeps its files' paths in `image_path` (carried, for messages)
 NA_VALUES: list[str] = ["", "NA", "N/A", "n/a", "NaN", "nan", "NULL", "null", "None", "none", "#N/A", "?"]
+# The columns `trainflow predict` adds to the rows it scores: `prediction`, and `proba_<class>` per class. An input that
+# already holds one is refused there (it would be overwritten), so no model may need a column of such a name.
+PREDICTION = "prediction"
+PROBA_PREFIX = "proba_"
 ROW_KEY = "__row_key__"  # processed table: each row's key, the hash of its raw values (the split uses and drops it)
+
+
+def predict_writes(name: str) -> bool:
+    """Whether `trainflow predict` writes a column of this name into its output."""
+    return name == PREDICTION or name.startswith(PROBA_PREFIX)
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from pandas.api.types import (
     is_object_dtype,
 )
 
-from trainflow.data.schema import ROW_KEY, Kind, Schema
+from trainflow.data.schema import ROW_KEY, Kind, Schema, predict_writes
 from trainflow.data.spill import ColumnSpill, SpilledFrame, ahead, row_hashes
 from trainflow.errors import DataError
 from trainflow.params import DataParams
@@ -144,6 +144,7 @@ def infer_schema(
     columns = _check_columns(table, d)
     image: str | None = getattr(table, "image_column", None)
     features = _features(table, d, columns, image)
+    _check_not_written_by_predict(table, d, features, image)
     n = len(frame)
     cols = []
     for c in features:
@@ -437,6 +438,35 @@ def _features(table: Table, d: DataParams, columns: dict[str, Any], image: str |
             f"(the columns are: {_names(columns)}); name some in data.features or shorten data.exclude"
         )
     return features
+
+
+def _check_not_written_by_predict(table: Table, d: DataParams, features: list[str], image: str | None) -> None:
+    """A column the model reads may not bear a name `trainflow predict` writes (`prediction`, `proba_<class>`):
+    predict refuses an input holding one, so a model that needs it could never score a row."""
+    taken = [c for c in features if predict_writes(c)]
+    if taken:
+        them = "it" if len(taken) == 1 else "them"
+        kept = [c for c in d.features if c not in taken] if d.features is not None else None
+        if kept == [] and d.text_column is None:  # no feature would be left
+            fix = f"rename {them} in the file and in data.features"
+        else:
+            setting = (
+                "data.exclude=" + _yaml_list([*d.exclude, *taken])
+                if kept is None
+                else "data.features=" + _yaml_list(kept)
+            )
+            fix = f"leave {them} out: -S {shlex.quote(setting)}, or rename {them} in the file"
+    elif d.text_column is not None and predict_writes(d.text_column):
+        taken, fix = [d.text_column], "rename it in the file and set data.text_column to the new name"
+    elif image is not None and predict_writes(image):
+        taken, fix = [image], "rename it in the file and set data.image_column to the new name"
+    else:
+        return
+    raise DataError(
+        f"data.source: {table.source}: the model would read column(s) {_names(taken)}, but `trainflow predict` writes "
+        f"'prediction' and 'proba_<class>' columns into its output and refuses input that holds one, so no row could "
+        f"be scored; {fix}"
+    )
 
 
 ID_BLOCK = 1 << 20  # rows per block of _id_like's passes over a column
