@@ -21,9 +21,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from trainflow.data.split import Held
 
 RESAMPLES = 2000  # bootstrap resamples: the 5% quantile's own noise is about 0.5 percentage points of its level
 CHUNK_CELLS = 4 << 20  # resampled row indices held at once (int64: 32 MiB)
@@ -79,17 +82,22 @@ class Comparison:
 
 @dataclass
 class Slicing:
-    """What names the slices of the test rows: the assignment generation the challenger's split is (a version is
-    tagged with it), the generation each test row arrived in, and the class names (classification)."""
+    """This split's test rows as the gate reads them: the class names (classification), the tags that record the
+    split in a registered version (its lineage and generation), and `held`: from the champion's tags, which test rows
+    its own split held and where (split.Held). None where nothing is recorded (a registration outside the register
+    stage): then every test row is compared, as nothing says otherwise."""
 
-    generation: int | None
-    row_since: np.ndarray | None
     classes: list[str] | None
+    tags: dict[str, str] = field(default_factory=dict)
+    held: Callable[[dict[str, str]], Held] | None = None
 
-    def masks(self, labels: np.ndarray, champion_generation: int | None) -> dict[str, np.ndarray]:
+    def masks(self, labels: np.ndarray, held: np.ndarray | None) -> dict[str, np.ndarray]:
+        """The named subsets of the test rows: new since the champion's split (rows its split never held: their keys
+        are not in its assignment) and the ones it had, where `held` (per row, the champion's split of it, -1: never
+        held) is known; each class."""
         out: dict[str, np.ndarray] = {}
-        if self.row_since is not None and champion_generation is not None and len(self.row_since) == len(labels):
-            new = self.row_since > champion_generation
+        if held is not None and len(held) == len(labels):
+            new = held < 0
             out |= {"rows new since the champion's split": new, "rows the champion's split had": ~new}
         for k, name in enumerate(self.classes or []):
             out[f"class {name}"] = labels == k

@@ -25,7 +25,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from datetime import UTC
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 from trainflow import gate as paired
@@ -33,6 +33,11 @@ from trainflow import manifest, tracking
 from trainflow.errors import ServiceError, UserError
 from trainflow.io import disk_full, failpoint, no_space
 from trainflow.params import RegisterParams
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from trainflow.data.split import Held
 
 MINIMIZE = {"log_loss", "ece", "rmse", "mae"}  # gate metrics where lower is better; every other one is higher-is-better
 CHAMPION, CHALLENGER = "champion", "challenger"
@@ -43,6 +48,7 @@ HISTORY_TAG = "champion_history"  # registered model tag: the champion versions,
 CHANGE_TAG = "champion_change"  # version tag: how and why it (last) became champion
 FLAVOR_TAG = "flavor"  # version tag: how the model is stored (register.flavor; a version without it: package)
 GENERATION_TAG = "split_generation"  # version tag: the split assignment's generation it was trained on
+LINEAGE_TAG = "split_assignment"  # version tag: the lineage of that assignment (split.TIME + column: a time split)
 
 # models:/name/version -> its metrics and per-row outputs on the current test split
 Rescore = Callable[[str], tuple[dict[str, float], paired.Scored]]
@@ -239,8 +245,8 @@ def register(
         raise ValueError("register.decide: paired needs the challenger's per-row outputs")
     comparison: paired.Comparison | None = None
     all_tags = {**tags, TEST_HASH_TAG: test_hash, **{f"metric.{k}": repr(float(v)) for k, v in metrics.items()}}
-    if slicing is not None and slicing.generation is not None:
-        all_tags[GENERATION_TAG] = str(slicing.generation)
+    if slicing is not None:
+        all_tags |= slicing.tags
     with registry_lock(mlflow.get_tracking_uri()):
         failpoint("register")
         flavor = tags.get(FLAVOR_TAG, "package")
@@ -274,6 +280,9 @@ def register(
         current = current_champion(client, name)
         previous: dict[str, float] | None = None
         rescored = False
+        held: Held | None = None  # which test rows the champion's own split held (re-scored champions)
+        keep: np.ndarray | None = None  # the rows compared, where some are left out
+        tested = len(challenger.labels) if challenger is not None else 0
         what = f"re-scoring champion version {current.version} of {name!r} on the new test split" if current else ""
         if current is None:
             promoted, decision = True, f"version {version} is the first champion of {name}"
@@ -284,13 +293,19 @@ def register(
             try:
                 previous, rows = champion_metrics(current, gate, test_hash, rescore, params.decide == "paired")
                 rescored = rows is not None
-                if params.decide == "paired" and gate in previous:
+                # Re-scored on this test split: which of its rows the champion's own split trained or validated it
+                # on (held), so those are left out; when that is unknown, or nothing is left, nothing is compared.
+                held = held_rows(slicing, current, test_hash, len(rows.labels)) if rows is not None else None
+                blind = held is not None and (held.clean is None or not held.clean.any())
+                keep = None if held is None or blind or held.clean is None or held.clean.all() else held.clean
+                if params.decide == "paired" and gate in previous and not blind:
                     assert challenger is not None and rows is not None
-                    comparison = paired.compare(gate, challenger, rows, params.confidence, seed)
+                    new_rows, old_rows = (_kept(s, keep) for s in (challenger, rows))
+                    comparison = paired.compare(gate, new_rows, old_rows, params.confidence, seed)
                     if slicing is not None:
-                        then = current.tags.get(GENERATION_TAG)
-                        masks = slicing.masks(challenger.labels, int(then) if then is not None else None)
-                        paired.sliced(comparison, challenger, rows, masks)
+                        where = held.split if held is not None else None
+                        where = where[keep] if where is not None and keep is not None else where
+                        paired.sliced(comparison, new_rows, old_rows, slicing.masks(new_rows.labels, where))
             except Exception as exc:  # noqa: BLE001 - a champion that cannot be scored stays, and the decision says why
                 # ... but only when the champion is what failed. An outage of the store its files come from, of the
                 # registry (asked once more: an outage unavailable() does not recognise) or a full disk says nothing
@@ -320,18 +335,27 @@ def register(
                         f"something else), so the two are not compared; to serve version {version} instead, run "
                         f"`trainflow models promote {version}`"
                     )
+                elif blind and held is not None and rows is not None:
+                    promoted = False
+                    decision = unknown_rows(held, len(rows.labels), int(current.version), version, name)
                 else:
                     if comparison is not None:
                         promoted, why = paired.decide(comparison, params.promote_if, params.min_improvement)
                         why = f"{why} (champion version {current.version})"
                     else:
-                        promoted = beats(new, old, gate, params.min_improvement)
+                        new_at, old_at = new, old
+                        if keep is not None:  # the point rule on the rows left too
+                            assert challenger is not None and rows is not None
+                            new_at, old_at = (paired.metric_value(gate, _kept(s, keep)) for s in (challenger, rows))
+                        promoted = beats(new_at, old_at, gate, params.min_improvement)
                         on = "re-scored on the new test split" if rescored else "same test split"
                         verdict = "beats" if promoted else "does not beat"
                         why = (
-                            f"{gate} {new:.6g} {verdict} champion version {current.version}'s {old:.6g} ({on}) "
+                            f"{gate} {new_at:.6g} {verdict} champion version {current.version}'s {old_at:.6g} ({on}) "
                             f"by more than min_improvement {params.min_improvement:g}"
                         )
+                    if keep is not None and held is not None:
+                        why += f"; {left_out(held, keep)}"
                     then = f"champion moves to version {version}" if promoted else f"stays version {current.version}"
                     decision = f"{why}: {then}"
         if promoted:
@@ -354,9 +378,59 @@ def register(
         "champion_version": version if promoted else (int(current.version) if current else None),
         "decision": decision,
         "decide": params.decide,
-        "comparison": comparison.to_json() if comparison is not None else None,
+        "comparison": {**comparison.to_json(), **rows_record(held, keep, tested)} if comparison is not None else None,
+        "test_rows": rows_record(held, keep, tested) if held is not None else None,
         "tags": {**tags, TEST_HASH_TAG: test_hash},
     }
+
+
+def held_rows(slicing: paired.Slicing | None, champion: Any, test_hash: str, n: int) -> Held | None:
+    """Which of the `n` rows of this test split `champion`'s own split held, and where (split.Held); None when nothing
+    is recorded (no `slicing`). A champion tested on this very split (its TEST_HASH_TAG) was trained on none."""
+    import numpy as np
+
+    from trainflow.data.split import Held
+
+    if slicing is None or slicing.held is None:
+        return None
+    held = slicing.held(dict(champion.tags))
+    if champion.tags.get(TEST_HASH_TAG) == test_hash:
+        return Held(held.split, np.ones(n, dtype=bool), "the champion was tested on this very test split")
+    return held
+
+
+def _kept(scored: paired.Scored, keep: np.ndarray | None) -> paired.Scored:
+    return scored if keep is None else paired.Scored(scored.labels[keep], scored.outputs[keep])
+
+
+def left_out(held: Held, keep: np.ndarray) -> str:
+    """The decision's note on the test rows it left out."""
+    n, k = len(keep), int(keep.sum())
+    return (f"compared on {k} of the {n} test rows: {n - k} left out, as the champion trained or validated on them "
+            f"({held.how})")  # fmt: skip
+
+
+def rows_record(held: Held | None, keep: np.ndarray | None, n: int) -> dict[str, Any]:
+    """registration.json's account of the `n` test rows: how many were compared, how many left out, and why."""
+    if held is None:
+        return {}
+    compared = int(keep.sum()) if keep is not None else (n if held.clean is not None and held.clean.any() else 0)
+    return {"test_rows": n, "compared": compared, "left_out": n - compared, "why": held.how}
+
+
+def unknown_rows(held: Held, n: int, champion: int, version: int, name: str) -> str:
+    """The decision when no test row is known to be clean of the champion's training: it stays, and how to move it."""
+    if held.clean is None:
+        why = f"which of these {n} test rows its own split trained or validated it on is not known ({held.how})"
+    else:
+        why = f"every one of these {n} test rows was in its train or val split ({held.how})"
+    return (
+        f"champion stays version {champion}: {why}; a model scored on rows it was trained on looks better than it is, "
+        f"so the two are not compared (0 of the {n} test rows compared). To promote version {version} anyway, run "
+        f"`trainflow models promote {version} --name {name} --reason ...`. Versions whose splits share an assignment "
+        "are compared by the gate itself: keep split.seed and the other split settings as they are between versions "
+        "(the top-level seed, the training seed, moves no row)"
+    )
 
 
 def _recorded(client: Any, existing: Any, gate: str, tags: dict[str, str], test_hash: str, why: str) -> dict[str, Any]:

@@ -779,3 +779,173 @@ def test_each_run_says_what_changed_since_the_champion(csv_project: Path) -> Non
     subprocess.run(["git", "commit", "-qm", "code"], cwd=csv_project, check=True, capture_output=True)
     coded = register_again("train.lr=0.004")
     assert "trainflow_note.py" in coded["code"], coded
+
+
+# --- a champion trained on another split (split.seed, fractions, keys: another assignment) --------------------------
+
+
+def seeded_by_hand(raw: int, seed: int) -> int:
+    """split.seeded in plain Python ints: splitmix64's finaliser of raw XOR blake2b("trainflow.split:<seed>")."""
+    import hashlib
+
+    word = int.from_bytes(hashlib.blake2b(f"trainflow.split:{seed}".encode(), digest_size=8).digest(), "big")
+    z, mask = raw ^ word, 2**64 - 1
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+    return z ^ (z >> 31)
+
+
+@pytest.mark.slow  # two trainings on 600 and 720 rows; the rule itself: test_rows_the_champion_trained_on_are_left_out
+def test_after_a_split_seed_change_the_gate_compares_only_test_rows_the_champion_never_trained_on(
+    csv_project: Path,
+) -> None:
+    """The champion trained on split.seed 42's split (committed to DVC's cache, as `trainflow run` does); then 120
+    rows are appended and split.seed becomes 1, so every row is assigned afresh. The gate compares the two on the test
+    rows the champion's split held out of train and val (found here by value in its own train and val files), and the
+    slice of rows new since its split is the rows whose raw key its table did not hold (set arithmetic, checked
+    against its assignment's keys seeded by hand)."""
+    import subprocess
+    import sys
+
+    import pyarrow.parquet as pq
+
+    from trainflow.data.schema import ROW_KEY
+
+    paths = Paths(csv_project)
+    rows = blobs(n=600, separation=1.5)
+    rows.to_csv(csv_project / "data/raw/blobs.csv", index=False)
+    write_overrides(paths.params, ["split.test_fraction=0.3"])
+    run_all(csv_project, ("ingest", "split"))
+    dvc = Path(sys.executable).parent / "dvc"
+    done = subprocess.run([str(dvc), "commit", "-f", "ingest", "split"], cwd=csv_project, capture_output=True)
+    assert done.returncode == 0, done.stderr
+    run_all(csv_project, ("train", "evaluate", "register"))
+    then = csv_project.parent / "champion"
+    shutil.copytree(paths.splits, then / "splits")
+    shutil.copytree(paths.final, then / "model")
+    shutil.copy(paths.table, then / "table.parquet")
+
+    appended = blobs(n=120, seed=1, separation=1.5)
+    pd.concat([rows, appended], ignore_index=True).to_csv(csv_project / "data/raw/blobs.csv", index=False)
+    write_overrides(paths.params, ["split.seed=1"])
+    run_all(csv_project)
+    reg = read_json(paths.registration)
+    c = reg["comparison"]
+    assert reg["previous_champion"] == 1 and c is not None, reg["decision"]
+
+    columns = list(rows.columns)
+    test = pd.read_parquet(paths.split_file("test"))
+    trained = pd.concat([pd.read_parquet(then / "splits" / f"{s}.parquet") for s in ("train", "val")])
+    found = test.merge(trained[columns].assign(_t=True), how="left", on=columns)
+    was_trained = found["_t"].eq(True).to_numpy()
+    assert len(found) == len(test) and 20 <= int((~was_trained).sum()) < len(test)
+    clean = ~was_trained
+    assert (c["rows"], c["left_out"], c["test_rows"]) == (int(clean.sum()), int(was_trained.sum()), len(test))
+    assert reg["test_rows"]["compared"] == c["rows"] and reg["test_rows"]["why"] == c["why"]
+    assert f"compared on {clean.sum()} of the {len(test)} test rows: {was_trained.sum()} left out" in reg["decision"]
+
+    def right(model: Path) -> np.ndarray:
+        exported = ExportedModel.load(model)
+        return exported.outputs(test).argmax(axis=1) == exported.pre.labels(test, "test")
+
+    assert c["challenger"] == pytest.approx(right(paths.final)[clean].mean())
+    assert c["champion"] == pytest.approx(right(then / "model")[clean].mean())
+
+    # New since the champion's split: by raw row key, absent from the champion's table ...
+    keyed = test.merge(pd.read_parquet(paths.table)[[*columns, ROW_KEY]], how="left", on=columns)
+    raw = keyed[ROW_KEY].to_numpy(dtype=np.uint64)
+    is_new = ~np.isin(raw, pd.read_parquet(then / "table.parquet")[ROW_KEY].to_numpy(dtype=np.uint64))
+    # ... which is its assignment not holding the key: seeded (by hand) with the seed it was made under
+    held = set(pq.read_table(then / "splits" / "assignment.parquet").column("key").to_pylist())
+    from pandas.util import hash_pandas_object
+
+    hashed = hash_pandas_object(keyed[[ROW_KEY]], index=False).to_numpy()
+    np.testing.assert_array_equal(is_new, [seeded_by_hand(int(h), 42) not in held for h in hashed])
+    new_rows = test[is_new].merge(appended, on=columns)
+    assert len(new_rows) == int(is_new.sum()) > 0  # the appended rows, exactly
+    slices = {s["slice"]: s for s in c["slices"]}
+    assert slices["rows new since the champion's split"]["rows"] == int((is_new & clean).sum())
+    assert slices["rows the champion's split had"]["rows"] == int((~is_new & clean).sum())
+    assert slices["rows new since the champion's split"]["champion"] == pytest.approx(
+        right(then / "model")[is_new & clean].mean()
+    )
+
+
+@pytest.mark.slow  # two trainings; the rule itself: test_rows_the_champion_trained_on_are_left_out_of_either_rule
+def test_a_champion_whose_split_cannot_be_found_stays_and_its_advice_promotes_by_hand(csv_project: Path) -> None:
+    """split.seed changed and the champion's splits are nowhere (no DVC cache): which test rows it trained on is
+    unknown, so nothing is compared; the decision says so, and its advice, followed, makes the challenger champion."""
+    from mlflow.tracking import MlflowClient
+
+    from trainflow import cli
+
+    run_all(csv_project)
+    paths = Paths(csv_project)
+    write_overrides(paths.params, ["split.seed=1"])
+    run_all(csv_project, ("split", "train", "evaluate"))
+    shutil.rmtree(csv_project / ".dvc" / "cache", ignore_errors=True)
+    run_all(csv_project, ("register",))
+    reg = read_json(paths.registration)
+    n = len(pd.read_parquet(paths.split_file("test")))
+    assert reg["champion"] is False and reg["comparison"] is None and reg["previous_champion"] == 1
+    assert reg["test_rows"] == {"test_rows": n, "compared": 0, "left_out": n, "why": reg["test_rows"]["why"]}
+    assert reg["decision"].startswith(f"champion stays version 1: which of these {n} test rows its own split trained")
+    assert "not in the DVC cache" in reg["decision"] and f"(0 of the {n} test rows compared)" in reg["decision"]
+    assert (
+        MlflowClient().get_model_version("blobs", "2").tags["split_assignment"]
+        != (MlflowClient().get_model_version("blobs", "1").tags["split_assignment"])
+    )
+    advice = re.search(r"run `trainflow (models promote 2 --name blobs) --reason \.\.\.`", reg["decision"])
+    assert advice is not None, reg["decision"]
+    assert cli.main([*advice.group(1).split(), "--reason", "the new split, checked by hand"]) == 0
+    assert aliases("blobs") == {"champion": "2", "challenger": "2"}
+
+
+@pytest.mark.parametrize("decide", ["paired", "point"])
+def test_rows_the_champion_trained_on_are_left_out_of_either_rule(tmp_path: Path, decide: str) -> None:
+    """A stand-in champion re-scored on 80 test rows, 40 of which its split trained it on (it is right on all of
+    those, and on none of the others); the challenger is right on the others. On the rows left, the challenger wins
+    by every rule; on all of them, the champion would look as good. Where the rows are unknown, nothing is compared."""
+    from trainflow.data.split import Held
+    from trainflow.gate import Scored, Slicing
+
+    r = Registry(tmp_path)
+    r.client.create_registered_model("m")
+    r.with_champion(test_hash="theirs")
+    n, labels = 80, np.arange(80) % 2
+    trained = np.arange(n) < 40
+    one_hot = np.eye(2)[labels] * 0.9 + 0.05
+
+    def scored(right: np.ndarray) -> Scored:
+        return Scored(labels, np.where(right[:, None], one_hot, one_hot[:, ::-1]))
+
+    champion, challenger = scored(trained), scored(~trained | (np.arange(n) % 4 == 0))
+    where = np.where(trained, 0, -1).astype(np.int8)  # its train split, or never held
+
+    def rescore(uri: str) -> tuple[dict[str, float], Scored]:
+        return {"accuracy": float(trained.mean())}, champion
+
+    params = RegisterParams(model_name="m", decide=decide)
+    metrics = {"accuracy": float((challenger.outputs.argmax(axis=1) == labels).mean())}
+    slicing = Slicing(None, {"split_assignment": "ours"}, lambda tags: Held(where, ~trained, "by key"))
+    run_id = model_run(r.client, r.experiment, tmp_path / "models")
+    kwargs: dict[str, Any] = {"test_hash": "ours", "rescore": rescore, "challenger": challenger, "seed": 0}
+    got = registry.register(f"runs:/{run_id}/model", run_id, params, metrics, {}, **kwargs, slicing=slicing)
+    assert got["champion"] is True, got["decision"]
+    assert got["test_rows"] == {"test_rows": n, "compared": 40, "left_out": 40, "why": "by key"}
+    assert (
+        "compared on 40 of the 80 test rows: 40 left out, as the champion trained or validated on them (by key)"
+        in (got["decision"])
+    )
+    if decide == "paired":
+        assert (got["comparison"]["rows"], got["comparison"]["champion"], got["comparison"]["challenger"]) == (40, 0, 1)
+    else:
+        assert "accuracy 1 beats champion version 1's 0 (re-scored on the new test split)" in got["decision"]
+    assert r.client.get_model_version("m", str(got["version"])).tags["split_assignment"] == "ours"
+
+    unknown = Slicing(None, {}, lambda tags: Held(None, None, "not in the DVC cache"))
+    run_id = model_run(r.client, r.experiment, tmp_path / "models")
+    kwargs["test_hash"] = "another"  # a test split the champion (version 2) was not tested on
+    got = registry.register(f"runs:/{run_id}/model", run_id, params, metrics, {}, **kwargs, slicing=unknown)
+    assert got["champion"] is False and got["comparison"] is None
+    assert got["decision"].startswith(f"champion stays version 2: which of these {n} test rows its own split trained")

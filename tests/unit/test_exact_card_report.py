@@ -989,9 +989,10 @@ def test_the_comparison_tags_hold_the_evidence_with_mcnemar_only_for_accuracy() 
 
 
 def test_slicing_names_new_and_old_rows_and_each_class() -> None:
+    """New since the champion's split: the rows its split never held (-1), whatever split it held the others in."""
     labels = np.array([0, 1, 1, 0])
-    s = gate.Slicing(generation=2, row_since=np.array([0, 1, 2, 1]), classes=["x", "y"])
-    masks = s.masks(labels, champion_generation=1)
+    s = gate.Slicing(classes=["x", "y"])
+    masks = s.masks(labels, held=np.array([2, 0, -1, 1]))
     assert list(masks) == ["rows new since the champion's split", "rows the champion's split had", "class x", "class y"]
     assert {k: v.tolist() for k, v in masks.items()} == {
         "rows new since the champion's split": [False, False, True, False],
@@ -999,9 +1000,9 @@ def test_slicing_names_new_and_old_rows_and_each_class() -> None:
         "class x": [True, False, False, True],
         "class y": [False, True, True, False],
     }
-    assert list(s.masks(labels, champion_generation=None)) == ["class x", "class y"]
-    assert list(gate.Slicing(2, np.array([0, 1]), None).masks(labels, 1)) == []  # row_since of other rows
-    assert list(gate.Slicing(2, None, None).masks(labels, 1)) == []
+    assert list(s.masks(labels, held=None)) == ["class x", "class y"]
+    assert list(gate.Slicing(None).masks(labels, np.array([0, -1]))) == []  # held of other rows
+    assert list(gate.Slicing(None).masks(labels, None)) == []
 
 
 def test_sliced_scores_both_models_on_each_nonempty_slice() -> None:

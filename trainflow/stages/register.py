@@ -3,7 +3,9 @@ the same test data (an older champion is re-scored on this run's test split when
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -11,12 +13,12 @@ import numpy as np
 from trainflow import card, lineage, registry, tracking, why
 from trainflow.data import stream
 from trainflow.data.schema import Schema
-from trainflow.data.split import ASSIGNMENT, TEST_ROWS
+from trainflow.data.split import ASSIGNMENT, Assignment, Held, TestRows, time_order
 from trainflow.errors import ServiceError, UserError
 from trainflow.gate import Scored, Slicing
 from trainflow.io import read_json, sha256_files, write_json
 from trainflow.params import PipelineParams
-from trainflow.paths import Paths
+from trainflow.paths import SPLITS, Paths
 from trainflow.predict import ExportedModel
 
 
@@ -39,17 +41,70 @@ def scored(exported: ExportedModel, params: PipelineParams, paths: Paths) -> tup
     return metrics, Scored(np.asarray(labels), np.asarray(outputs))
 
 
-def split_generations(paths: Paths) -> tuple[int | None, np.ndarray | None]:
-    """(the split assignment's generation, the generation each test row arrived in), where the split saved them (not
-    a time split's, nor one made before they were saved)."""
-    import pyarrow.parquet as pq
+def slicing(params: PipelineParams, paths: Paths, schema: Schema) -> Slicing:
+    """This split's test rows for the gate: the tags that record their split in the version (its assignment's lineage
+    and generation, or a time split's column), and, from a champion's tags, which of them its own split held."""
+    rows = TestRows.read(paths.splits)
+    column = params.split.time_column
+    if column is not None and rows.settings is None:  # a time split: no assignment, each test row by its time
+        rows = TestRows.by_time(column, paths.split("test").column(column))
+    tags = {registry.LINEAGE_TAG: rows.lineage} if rows.lineage else {}
+    if rows.generation is not None:
+        tags[registry.GENERATION_TAG] = str(rows.generation)
 
-    assignment, rows = paths.splits / ASSIGNMENT, paths.splits / TEST_ROWS
-    if not (assignment.is_file() and rows.is_file()):
-        return None, None
-    metadata = pq.read_schema(assignment).metadata or {}
-    generation = int(metadata[b"generation"]) if b"generation" in metadata else None
-    return generation, pq.read_table(rows).column("since").to_numpy()
+    def held(champion: dict[str, str]) -> Held:
+        generation = champion.get(registry.GENERATION_TAG, "")
+        lineage_of = champion.get(registry.LINEAGE_TAG)
+        stored = CachedSplits(paths, champion.get("data_hash"))
+        return rows.held_by(lineage_of, int(generation) if generation.isdigit() else None, stored)
+
+    return Slicing(schema.classes if schema.task == "classification" else None, tags, held)
+
+
+class CachedSplits:
+    """A version's splits in the project's DVC cache, found by its `data_hash` tag (DVC's hash of data/splits: a
+    listing of its files' md5s, each file stored under its md5, once `dvc commit` or the register stage stored them).
+    What the gate asks of the champion's split (split.Stored); None for what is not there or cannot be read."""
+
+    def __init__(self, paths: Paths, dir_hash: str | None) -> None:
+        self.files: dict[str, Path] = {}
+        cache = paths.root / ".dvc" / "cache" / "files" / "md5"  # DVC 3's default cache, as verify reads it
+        if dir_hash and dir_hash.endswith(".dir"):
+            try:
+                listing = json.loads((cache / dir_hash[:2] / dir_hash[2:]).read_text())
+                self.files = {e["relpath"]: cache / e["md5"][:2] / e["md5"][2:] for e in listing}
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
+
+    def _file(self, name: str) -> Path | None:
+        path = self.files.get(name)
+        return path if path is not None and path.is_file() else None
+
+    def assignment(self) -> Assignment | None:
+        path = self._file(ASSIGNMENT)
+        try:
+            return Assignment.read(path) if path is not None else None
+        except Exception:  # noqa: BLE001 - a damaged file is as good as none: the gate then compares nothing
+            return None
+
+    def latest(self, column: str) -> Any | None:
+        import pandas as pd
+        import pyarrow.parquet as pq
+
+        def read(path: Path) -> pd.Series:
+            return pq.read_table(path, columns=[column]).column(0).to_pandas()
+
+        table, which = self._file(stream.LINKED), self._file(stream.ROWS)
+        try:
+            if table is not None and which is not None:  # streamed: the linked table, a byte a row for its split
+                split = np.load(which)
+                parts = [read(table)[(split == SPLITS.index("train")) | (split == SPLITS.index("val"))]]
+            else:
+                parts = [read(p) for name in ("train", "val") if (p := self._file(f"{name}.parquet")) is not None]
+            times = time_order(pd.concat(parts, ignore_index=True), column) if parts else None
+        except Exception:  # noqa: BLE001 - unreadable: as if not there
+            return None
+        return times.max() if times is not None and len(times) else None
 
 
 def logged_model(params: PipelineParams, paths: Paths, train_run: dict[str, Any]) -> tuple[str, str]:
@@ -101,12 +156,10 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
         registry.MODEL_TAG: tracking.model_hash(paths.final),  # a retrain to the same bytes registers no version
         registry.FLAVOR_TAG: params.register.flavor,  # ... unless it is stored another way
     }
-    # The paired gate compares this model and the champion row by row: this one's outputs, scored as evaluate did.
     # This model's outputs on the test rows, scored as evaluate did: the paired gate compares them with the champion's
     # row by row, and the model card's intervals are bootstraps of them.
     outputs = scored(ExportedModel.load(paths.final), params, paths)[1]
-    challenger = outputs if params.register.decide == "paired" else None
-    slicing = Slicing(*split_generations(paths), schema.classes if schema.task == "classification" else None)
+    sliced = slicing(params, paths, schema)
     sources = paths.processed / why.SOURCES  # what ingest read: rows and hash per file
     files = read_json(sources) if sources.is_file() else None
     if files is not None:
@@ -123,9 +176,9 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
             {**tags, "mlflow_run_id": run_id},
             test_hash=sha256_files(paths.split("test").files()),
             rescore=rescorer(params, paths),
-            challenger=challenger,
+            challenger=outputs,  # the point rule too, should rows the champion trained on be left out
             seed=params.seed,
-            slicing=slicing,
+            slicing=sliced,
         )
     except (UserError, ServiceError):  # a ServiceError from the registry names what failed already
         raise
