@@ -46,6 +46,13 @@ class DataParams(Section):
         description="Field delimiter of csv/tsv files; null = ',' for csv, tab for tsv.",
     )
     header: bool = Field(True, description="Whether csv/tsv files start with a header line of column names.")
+    header_rows: int = Field(
+        1,
+        ge=1,
+        description="Lines the header of csv/tsv files spans (with data.header: true). Over 1, a column's name is its "
+        "cells on those lines joined by '.', empty cells left out: 'network.node.hemi' for a column headed network, "
+        "node and hemi on three lines.",
+    )
     quoting: Literal["auto", "double", "none"] = Field(
         "auto",
         description='Quoted fields: double ("a, b" is one value; quoted values may hold delimiters and line '
@@ -119,6 +126,8 @@ class DataParams(Section):
             raise ValueError(f"data.exclude lists the target column {self.target!r}; the target is never a feature")
         if self.columns is not None and self.header:
             raise ValueError("data.columns names the columns of header-less files: set data.header: false too")
+        if self.header_rows > 1 and not self.header:
+            raise ValueError("data.header_rows counts the lines of a header: set data.header: true, or header_rows: 1")
         if self.text_column is not None and self.text_column == self.target:
             raise ValueError("data.text_column is the target column; name the text feature")
         if self.image_column is not None and self.image_column in (self.target, self.text_column):

@@ -32,6 +32,10 @@ INDEX_NOTE = (
     "to_csv writes by default (row labels, not data)"
 )
 QUOTED = pv.ParseOptions(newlines_in_values=True)
+HEADER_ROWS = (  # what a header's repeated names add about data.header_rows
+    "; if the header spans several lines (names over names, as a spreadsheet exports them), set data.header_rows to "
+    "their count: each column is then named by its cells on them joined by '.'"
+)
 IMAGE_KINDS = ".bmp, .gif, .jpeg, .jpg, .png, .tif, .tiff, .webp"
 
 
@@ -162,8 +166,8 @@ def test_unknown_encoding_message(tmp_path: Path) -> None:
 def test_header_and_columns_are_refused_for_parquet(tmp_path: Path, kw: dict[str, Any]) -> None:
     pd.DataFrame({"a": [1]}).to_parquet(tmp_path / "x.parquet")
     assert error(tmp_path, "x.parquet", **kw) == (
-        "data.header/data.columns apply to csv and tsv files, but x.parquet is parquet; remove them (its column "
-        "names come from the file)"
+        "data.header/data.columns/data.header_rows apply to csv and tsv files, but x.parquet is parquet; remove them "
+        "(its column names come from the file)"
     )
 
 
@@ -232,6 +236,7 @@ def test_an_index_then_names_given_twice_names_the_header_line(tmp_path: Path) -
     write(tmp_path, "x.csv", "\n,a,a,b,b,a\n0,1,2,3,4,5\n1,1,2,3,4,5\n")
     assert error(tmp_path) == (
         "data.source: x.csv, line 2: the header names 'a', 'b' more than once; column names must be unique"
+        + HEADER_ROWS
     )
 
 
@@ -239,6 +244,7 @@ def test_an_empty_header_name_becoming_a_name_taken(tmp_path: Path) -> None:
     write(tmp_path, "x.csv", "a,,column_2\n1,2,3\n")
     assert error(tmp_path) == (
         "data.source: x.csv, line 1: the header names 'column_2' more than once; column names must be unique"
+        + HEADER_ROWS
     )
 
 
@@ -1212,11 +1218,12 @@ def test_spilled_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
     )
     write(tmp_path, "h.csv", "\nx,x,y\n1,2,3\n")
     assert error(tmp_path, "h.csv", spill_to=tmp_path / "s4", memory_budget_mb=0.000001) == (
-        "data.source: h.csv, line 2: the header names 'x' more than once; column names must be unique"
+        "data.source: h.csv, line 2: the header names 'x' more than once; column names must be unique" + HEADER_ROWS
     )
     write(tmp_path, "u.csv", "\n,column_1,y\np,2,3\nq,3,4\n")
     assert error(tmp_path, "u.csv", spill_to=tmp_path / "s5", memory_budget_mb=0.000001) == (
         "data.source: u.csv, line 2: the header names 'column_1' more than once; column names must be unique"
+        + HEADER_ROWS
     )
 
 
@@ -1293,12 +1300,13 @@ def test_fixed_names(tmp_path: Path) -> None:
         fixed(["", "x", "x"], params(), path, "x.csv", ",")
     assert (
         str(info.value)
-        == "data.source: x.csv, line 3: the header names 'x' more than once; column names must be unique"
+        == "data.source: x.csv, line 3: the header names 'x' more than once; column names must be unique" + HEADER_ROWS
     )
     with pytest.raises(DataError) as info:
         fixed(["a", "", "column_2"], params(), path, "x.csv", ",")
     assert str(info.value) == (
         "data.source: x.csv, line 3: the header names 'column_2' more than once; column names must be unique"
+        + HEADER_ROWS
     )
 
 

@@ -156,8 +156,8 @@ def test_schema_params_leave_out_what_only_decides_rows() -> None:
     got = v.schema_params(d)
     rows = {"missing", "duplicates", "missing_target", "unseen_labels", "memory_budget_mb"}
     assert got == {k: val for k, val in d.model_dump().items() if k not in rows}
-    assert set(got) == {"source", "format", "delimiter", "header", "quoting", "columns", "encoding", "target", "task",
-                        "features", "exclude", "text_column", "image_column"}  # fmt: skip
+    assert set(got) == {"source", "format", "delimiter", "header", "header_rows", "quoting", "columns", "encoding",
+                        "target", "task", "features", "exclude", "text_column", "image_column"}  # fmt: skip
 
 
 # --- the params' columns against the table ---------------------------------------------------------------------------
@@ -1324,8 +1324,8 @@ def test_the_whole_schema_of_an_ingest() -> None:
         task_reason="target 'y' holds booleans",
         carried=["id"],
         data_params={"source": "builtin:digits", "format": "auto", "delimiter": None, "header": True,
-                     "quoting": "auto", "columns": None, "encoding": "utf-8", "target": "y", "task": "auto",
-                     "features": None, "exclude": ["id"], "text_column": "t", "image_column": None},
+                     "header_rows": 1, "quoting": "auto", "columns": None, "encoding": "utf-8", "target": "y",
+                     "task": "auto", "features": None, "exclude": ["id"], "text_column": "t", "image_column": None},
         image_column=None,
     )  # fmt: skip
     assert out["y"].tolist() == ["True", "False", "True"]

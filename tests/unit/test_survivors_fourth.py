@@ -105,6 +105,8 @@ def test_a_header_that_names_a_column_twice_is_refused_with_its_line(
     (root / "data/raw/t.csv").write_text(text)  # the header on line 3
     assert _ingest_error(root) == (
         f"data.source: data/raw/t.csv, line 3: the header names {twice!r} more than once; column names must be unique"
+        "; if the header spans several lines (names over names, as a spreadsheet exports them), set data.header_rows "
+        "to their count: each column is then named by its cells on them joined by '.'"
     )
 
 

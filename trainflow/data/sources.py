@@ -84,6 +84,7 @@ class RawTable:
     notes: list[str] = field(default_factory=list)
     # the sha256 of files read whole, in order, as they were read (a streamed csv): sources.json needs no second read
     digests: dict[Path, str] = field(default_factory=dict)
+    header_rows: int = 1  # lines of a csv/tsv header (data.header_rows), where `header`
     # file index -> the line on which each of its first records starts (filled by where_many as it scans)
     _lines: dict[int, array[int]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -106,6 +107,11 @@ class RawTable:
     def record(self) -> np.ndarray:
         """int64 per row: the row's 0-based data record within its file."""
         return np.arange(sum(self.rows), dtype=np.int64) - np.repeat(self._starts[:-1], self.rows)
+
+    @property
+    def headers(self) -> int:
+        """The lines of header before a csv/tsv file's records."""
+        return self.header_rows if self.header else 0
 
     def shown(self, file: int) -> str:
         """File number `file` as messages show it: relative to the project root when it is inside it."""
@@ -139,7 +145,7 @@ class RawTable:
                     self._lines[f] = (
                         _jsonl_start_lines(self.files[f], self.encoding, rec)
                         if self.fmt == "jsonl"
-                        else _csv_start_lines(self.files[f], self.delimiter, self.encoding, self.header, rec)
+                        else _csv_start_lines(self.files[f], self.delimiter, self.encoding, self.headers, rec)
                     )
         out = []
         for f, rec in positions:
@@ -164,6 +170,13 @@ def read_source(d: DataParams, root: Path, spill: Path | None = None) -> RawTabl
     files = resolve_files(d.source, root)
     fmt = _format(files, d, root)
     delimiter = d.delimiter or ("\t" if fmt == "tsv" else ",")
+    if fmt not in ("csv", "tsv") and (
+        d.header_rows != 1 or (fmt == "parquet" and (not d.header or d.columns is not None))
+    ):
+        raise DataError(
+            f"data.header/data.columns/data.header_rows apply to csv and tsv files, but {_shown(files[0], root)} is "
+            f"{fmt}; remove them (its column names come from the file)"
+        )
     if fmt in TEXT_FORMATS:
         try:
             codecs.lookup(d.encoding)
@@ -172,11 +185,8 @@ def read_source(d: DataParams, root: Path, spill: Path | None = None) -> RawTabl
                 f"data.encoding: unknown encoding {d.encoding!r}; use a Python codec name such as utf-8, latin-1 "
                 "or cp1252"
             ) from None
-    elif not d.header or d.columns is not None:
-        raise DataError(
-            f"data.header/data.columns apply to csv and tsv files, but {_shown(files[0], root)} is {fmt}; "
-            "remove them (its column names come from the file)"
-        )
+        for path in files:
+            _check_text(path, _shown(path, root), d.encoding)
     notes: list[str] = []
     if spill is not None:
         streamed, why = _stream_choice(files, fmt, d)
@@ -223,7 +233,10 @@ def _raw_table(
     frame: Any, d: DataParams, files: list[Path], counts: list[int], fmt: str, root: Path, delimiter: str,
     notes: list[str],
 ) -> RawTable:  # fmt: skip
-    return RawTable(frame, d.source, files, list(counts), fmt, root, delimiter, d.encoding, d.header, notes=notes)
+    return RawTable(
+        frame, d.source, files, list(counts), fmt, root, delimiter, d.encoding, d.header, notes=notes,
+        header_rows=d.header_rows,
+    )  # fmt: skip
 
 
 def _stream_choice(files: list[Path], fmt: str, d: DataParams) -> tuple[bool, str]:
@@ -291,6 +304,69 @@ def _spill_source(
     table = _raw_table(frame, d, files, [one.rows for one in spilled], fmt, root, delimiter, notes)
     table.digests = {path: one.sha256 for path, one in zip(files, spilled, strict=True) if one.sha256 is not None}
     return table
+
+
+# --- a text file that is not text --------------------------------------------------------------------------------
+
+TEXT_PROBE = 8 << 10  # bytes at a text file's start decoded to tell it from a binary file named .csv
+CONTROLS_SEEN = 8  # control characters in those bytes below which a file is taken for text, whatever its length
+# (magic bytes, what a file starting with them is, what to do) for binary files that users name .csv
+_BINARY_KINDS = (
+    (b"PAR1", "a Parquet file", "set -S data.format=parquet (or rename it .parquet, and data.source with it)"),
+    (b"PK\x03\x04", "a zip archive (an .xlsx workbook is one)", "export the sheet as CSV and point data.source at it"),
+    (b"\xd0\xcf\x11\xe0", "an .xls workbook", "export the sheet as CSV and point data.source at it"),
+    (b"\x1f\x8b", "gzip-compressed", "decompress it (gunzip) and point data.source at the result"),
+)
+# byte order marks, longest first (utf-32-le's starts with utf-16-le's)
+_UTF_BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF16_LE, "utf-16"),
+             (codecs.BOM_UTF16_BE, "utf-16"))  # fmt: skip
+
+
+def _check_text(path: Path, shown: str, encoding: str) -> None:
+    """A DataError for a csv/tsv/jsonl file that is not text in `encoding` (`_mostly_controls`: the NUL bytes of most
+    binary files, and of UTF-16 text read as a one-byte encoding, are control characters), naming what the file
+    looks like (by its first bytes) and what to do, where that is known. Costs a read of TEXT_PROBE bytes per file;
+    a stray control character in a text file is left to the reader, as before."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(TEXT_PROBE)
+    except OSError:
+        return  # the reader says why it cannot read it
+    if not _mostly_controls(head, encoding):
+        return
+    what, fix = next(
+        ((what, fix) for magic, what, fix in _BINARY_KINDS if head.startswith(magic)),
+        ("a binary file", "point data.source at a csv, tsv, jsonl or parquet file"),
+    )
+    guess = _utf_guess(head)
+    if guess is not None and guess != codecs.lookup(encoding).name:
+        what, fix = f"text in {guess}", f"set data.encoding: -S data.encoding={guess}"
+    nul = head.find(b"\x00")
+    at = f" (a NUL byte at byte {nul})" if nul >= 0 else ""
+    raise DataError(f"data.source: {shown} is not text in {encoding}{at}: it looks like {what}; {fix}")
+
+
+def _mostly_controls(head: bytes, encoding: str) -> bool:
+    """Whether at least CONTROLS_SEEN, and more than 1 in 100, of the characters of `head` (a file's first bytes)
+    are control characters other than tab, line breaks, form feeds and the DOS end-of-file mark. A text file may
+    hold a stray one; a binary file holds them throughout."""
+    text = head.decode(encoding, errors="replace")
+    controls = sum(text.count(chr(c)) for c in range(32) if chr(c) not in "\t\n\r\f\v\x1a")
+    return controls >= CONTROLS_SEEN and controls * 100 > len(text)
+
+
+def _utf_guess(head: bytes) -> str | None:
+    """The UTF-16/32 encoding a file's first bytes are text in, by its byte order mark, or by text of mostly
+    ASCII characters whose every other byte is 0 (UTF-16 without one); None if neither."""
+    for bom, name in _UTF_BOMS:
+        if head.startswith(bom):
+            return name
+    even, odd = head[0:2000:2], head[1:2000:2]
+    if len(head) >= 4 and even.count(0) * 10 >= len(even) * 9 and odd.count(0) * 10 < len(odd):
+        return "utf-16-be"
+    if len(head) >= 4 and odd.count(0) * 10 >= len(odd) * 9 and even.count(0) * 10 < len(even):
+        return "utf-16-le"
+    return None
 
 
 # --- where the data is ------------------------------------------------------------------------------------------
@@ -392,12 +468,21 @@ class _CsvOptions:
     parse: pv.ParseOptions
     convert: pv.ConvertOptions
     quoted: bool
+    start: int = 0  # the byte where the records start: after a header of data.header_rows lines, read here
 
 
-def _csv_options(path: Path, fmt: str, delimiter: str, d: DataParams) -> _CsvOptions:
+def _csv_options(path: Path, fmt: str, delimiter: str, d: DataParams, shown: str | None = None) -> _CsvOptions:
+    """`shown`: the file as messages name it (default: its path)."""
     names = list(d.columns) if d.columns is not None else None
     if names is not None:
         _check_unique(names, "data.columns names")  # "data.columns names 'a' more than once"
+    quoted = _quoted(fmt, d)
+    parse_options = pv.ParseOptions(
+        delimiter=delimiter, quote_char='"' if quoted else False, newlines_in_values=quoted, ignore_empty_lines=True
+    )
+    start = 0
+    if d.header and d.header_rows > 1:  # the names, joined: the records are read without a header after them
+        names, start = _joined_header(path, shown or str(path), fmt, delimiter, d, parse_options)
     read_options = pv.ReadOptions(
         use_threads=True,
         block_size=BLOCK_SIZE,
@@ -405,16 +490,68 @@ def _csv_options(path: Path, fmt: str, delimiter: str, d: DataParams) -> _CsvOpt
         column_names=names,
         autogenerate_column_names=not d.header and names is None,
     )
-    quoted = _quoted(fmt, d)
     if not quoted:
         _UNQUOTED.add(path)  # the csv-module scans that locate lines for error messages must agree
-    parse_options = pv.ParseOptions(
-        delimiter=delimiter, quote_char='"' if quoted else False, newlines_in_values=quoted, ignore_empty_lines=True
-    )
     convert_options = pv.ConvertOptions(
         null_values=NA_VALUES, strings_can_be_null=True, quoted_strings_can_be_null=True
     )
-    return _CsvOptions(read_options, parse_options, convert_options, quoted)
+    return _CsvOptions(read_options, parse_options, convert_options, quoted, start)
+
+
+HEADER_JOIN = "."  # between the cells of a column's header lines, in its name (data.header_rows)
+HEADER_PROBE = 1 << 20  # bytes first read for a header of several lines (more when its lines are longer)
+
+
+def _joined_header(
+    path: Path, shown: str, fmt: str, delimiter: str, d: DataParams, parse: pv.ParseOptions
+) -> tuple[list[str], int]:
+    """The column names of a header of d.header_rows lines (each column's non-empty cells joined by HEADER_JOIN) and
+    the byte where the records after it start. The lines are found as pyarrow's parser finds records (a quoted cell
+    may hold a line break; blank lines are skipped) and parsed by pyarrow, every cell as text."""
+    if not _own_bytes(d.encoding, "\n" + delimiter + ('"' if parse.quote_char else "")):
+        raise DataError(
+            f"data.header_rows: a header of several lines is found as bytes, and {shown} is in {d.encoding}, where "
+            f"they are not; convert it to UTF-8 (iconv -f {d.encoding} -t utf-8 < old > new) and set data.encoding: "
+            "utf-8, or join the header's lines into one"
+        )
+    rows, end, head = _header_lines(path, d.header_rows, parse, _skips_bom(d.encoding))
+    if not rows:
+        raise DataError(f"data.source: {shown} is empty: no rows")
+    strings: dict[str, pa.DataType] = {}
+    for _ in range(2):  # once to count the columns, once with every one of them read as text
+        try:
+            table = pv.read_csv(
+                pa.BufferReader(head[:end]),
+                read_options=pv.ReadOptions(encoding=d.encoding, autogenerate_column_names=True),
+                parse_options=parse,
+                convert_options=pv.ConvertOptions(column_types=strings, strings_can_be_null=False),
+            )
+        except (pa.ArrowException, ValueError) as exc:
+            raise _csv_error(path, shown, fmt, delimiter, d, exc) from None
+        strings = dict.fromkeys(table.column_names, pa.string())
+    cells = [[str(v) for v in column.to_pylist()] for column in table.columns]
+    return [HEADER_JOIN.join(c for c in column if c) for column in cells], end
+
+
+def _header_lines(path: Path, count: int, parse: pv.ParseOptions, bom: bool) -> tuple[int, int, bytes]:
+    """(records found, up to `count`; the byte after the last of them; the bytes read) for the first `count` records
+    of the file that are not blank lines, ended where pyarrow's parser ends them (`_outside_quotes`)."""
+    size = HEADER_PROBE
+    while True:
+        with path.open("rb") as f:
+            head = f.read(size)
+        first = len(UTF8_BOM) if bom and head.startswith(UTF8_BOM) else 0
+        found, start = 0, first
+        for match in re.finditer(rb"\r\n?|\n", head):
+            if match.start() < first or not _outside_quotes(head, match.start(), parse, first):
+                continue
+            found += head[start : match.start()] != b""  # a blank line is no record
+            start = match.end()
+            if found == count:
+                return found, start, head
+        if len(head) < size:  # the whole file: the header is all of it
+            return found + (head[start:] != b""), len(head), head
+        size *= 4
 
 
 def _quoted(fmt: str, d: DataParams) -> bool:
@@ -445,7 +582,13 @@ def _parse_csv(
 
 def _read_csv(path: Path, shown: str, fmt: str, delimiter: str, d: DataParams) -> tuple[pa.Table, bool]:
     """The file's table, and whether its first column was a pandas index (dropped)."""
-    table = _parse_csv(path, _csv_options(path, fmt, delimiter, d), path, shown, fmt, delimiter, d)
+    options = _csv_options(path, fmt, delimiter, d, shown)
+    if options.start:  # after a header of several lines: the records alone, named by it
+        with pa.OSFile(str(path)) as records:
+            records.seek(options.start)
+            table = _parse_csv(records, options, path, shown, fmt, delimiter, d)
+    else:
+        table = _parse_csv(path, options, path, shown, fmt, delimiter, d)
     names = list(d.columns) if d.columns is not None else None
     index = False
     if not d.header and names is None:
@@ -457,9 +600,7 @@ def _read_csv(path: Path, shown: str, fmt: str, delimiter: str, d: DataParams) -
             table = table.rename_columns(fixed)
         if index:  # after naming the others, so that they keep the names of their positions in the file
             table, fixed = table.remove_column(0), fixed[1:]
-        if _repeated(fixed):
-            line = _header_line(path, delimiter, d.encoding)
-            _check_unique(fixed, f"data.source: {shown}, line {line}: the header names")
+        _check_header_unique(fixed, path, shown, delimiter, d)
     _check_closed_quotes(table, path, shown, delimiter, d)
     return table, index
 
@@ -532,14 +673,24 @@ def _record_end(data: bytes, end: int, parse: pv.ParseOptions | None, first: int
     field (right after the delimiter, a line break or the record's start): elsewhere it is a character, as in
     `12" pipe`. So counting the quotes before a line break is not enough; the parser's state there is found from the
     runs of quotes before it (`_opening_quote`), a window of bytes at a time, scanned with numpy."""
-    if parse is None or not parse.newlines_in_values or parse.quote_char is False:
-        return end  # no line break inside a value
-    # trainflow never sets an escape character (`_csv_options`); one would change what a quote after it means
-    assert parse.escape_char is False, "record ends with an escape character are not modelled"
-    quote, delimiter = ord(parse.quote_char), ord(parse.delimiter)
-    while end >= 0 and (opened := _opening_quote(data, end, first, quote, delimiter, parse.double_quote)) >= 0:
+    while end >= 0 and parse is not None and (opened := _opening(data, end, parse, first)) >= 0:
         end = data.rfind(b"\n", 0, opened)  # the value opened at `opened`: its record starts before it
     return end
+
+
+def _outside_quotes(data: bytes, at: int, parse: pv.ParseOptions, first: int = 0) -> bool:
+    """Whether pyarrow's csv parser, reading `data` from a record's start (`first`), is outside quoted values at byte
+    `at`: a line break there ends a record."""
+    return _opening(data, at, parse, first) < 0
+
+
+def _opening(data: bytes, at: int, parse: pv.ParseOptions, first: int) -> int:
+    """`_opening_quote` under the parser's options: -1 where no quoted value can hold a line break."""
+    if not parse.newlines_in_values or parse.quote_char is False:
+        return -1
+    # trainflow never sets an escape character (`_csv_options`); one would change what a quote after it means
+    assert parse.escape_char is False, "record ends with an escape character are not modelled"
+    return _opening_quote(data, at, first, ord(parse.quote_char), ord(parse.delimiter), parse.double_quote)
 
 
 def _opening_quote(data: bytes, end: int, first: int, quote: int, delimiter: int, double_quote: bool) -> int:
@@ -595,7 +746,7 @@ class _SpilledFile:
 def _spill_csv(path: Path, shown: str, fmt: str, delimiter: str, d: DataParams, folder: Path, f: int) -> _SpilledFile:
     """The file parsed CHUNK_BYTES at a time into Parquet files of its rows, typed as one pyarrow read of the whole
     file types them: where the chunks' inferred types disagree, that column is typed again over the whole file."""
-    options = _csv_options(path, fmt, delimiter, d)
+    options = _csv_options(path, fmt, delimiter, d, shown)
     ranges: list[tuple[int, int]] = []
     parts: list[Path] = []
     types: list[dict[str, pa.DataType]] = []
@@ -604,7 +755,7 @@ def _spill_csv(path: Path, shown: str, fmt: str, delimiter: str, d: DataParams, 
     table = pa.table({})
     bar = progress(max(1, path.stat().st_size >> 20), desc=f"ingest: {shown}", unit="MiB")
     digest = hashlib.sha256()  # sources.json's hash of the file, from this read: no second one
-    pieces = _record_chunks(path, options.parse, CHUNK_BYTES, digest, bom=_skips_bom(d.encoding))
+    pieces = _record_chunks(path, options.parse, CHUNK_BYTES, digest, options.start, _skips_bom(d.encoding))
     with contextlib.closing(ahead(pieces)) as chunks:
         for k, (start, data) in enumerate(chunks):
             ranges.append((start, start + len(data)))
@@ -644,11 +795,8 @@ def _spill_csv(path: Path, shown: str, fmt: str, delimiter: str, d: DataParams, 
         out.index = _all_distinct_integers(first)
         if out.index:
             out.columns.remove(fixed[0])
-    if (
-        not out.index and fixed and (_repeated(fixed) or fixed[0] == UNNAMED_FIRST)
-    ):  # data, named as `_read_csv` names it
-        line = _header_line(path, delimiter, d.encoding)
-        _check_unique(["column_1", *fixed[1:]], f"data.source: {shown}, line {line}: the header names")
+    if not out.index and fixed and fixed[0] == UNNAMED_FIRST:  # data, named as `_read_csv` names it
+        _check_header_unique(["column_1", *fixed[1:]], path, shown, delimiter, d)
     out.sha256 = digest.hexdigest()
     return out
 
@@ -672,9 +820,7 @@ def _fixed_names(raw: list[str], d: DataParams, path: Path, shown: str, delimite
     # An unnamed first column may be an index (known once the file is read; then its name is not checked).
     maybe_index = bool(raw) and raw[0] == "" and len(raw) > 1
     named = fixed[1:] if maybe_index else fixed
-    if _repeated(named):
-        line = _header_line(path, delimiter, d.encoding)
-        _check_unique(named, f"data.source: {shown}, line {line}: the header names")
+    _check_header_unique(named, path, shown, delimiter, d)
     if maybe_index and fixed[0] in named:  # its name is taken: columns are read by name until the index is known
         fixed[0] = UNNAMED_FIRST
     return fixed
@@ -735,7 +881,7 @@ def _check_closed_quotes(
     if tail.endswith(b'"'):
         return
     record = first_record + table.num_rows - 1
-    line = _csv_record_lines(path, delimiter, d.encoding, d.header, {record}).get(record)
+    line = _csv_record_lines(path, delimiter, d.encoding, d.header_rows if d.header else 0, {record}).get(record)
     at = f", line {line}" if line is not None else ""
     raise DataError(
         f"data.source: {shown}{at}: a quoted value is never closed and runs to the end of the file; add the "
@@ -753,10 +899,25 @@ def _repeated(names: list[str]) -> list[str]:
     return twice
 
 
-def _check_unique(names: list[str], what: str) -> None:
+def _check_unique(names: list[str], what: str, hint: str = "") -> None:
     twice = _repeated(names)
     if twice:
-        raise DataError(f"{what} {', '.join(repr(n) for n in twice)} more than once; column names must be unique")
+        raise DataError(f"{what} {', '.join(repr(n) for n in twice)} more than once; column names must be unique{hint}")
+
+
+# What the error naming a header's repeated names adds while data.header_rows is 1
+HEADER_ROWS_HINT = (
+    "; if the header spans several lines (names over names, as a spreadsheet exports them), set data.header_rows to "
+    "their count: each column is then named by its cells on them joined by '.'"
+)
+
+
+def _check_header_unique(names: list[str], path: Path, shown: str, delimiter: str, d: DataParams) -> None:
+    """The header's names, each once: else a DataError naming its (first) line, and data.header_rows where it is 1."""
+    if _repeated(names):
+        line = _header_line(path, delimiter, d.encoding, d.header_rows)
+        hint = HEADER_ROWS_HINT if d.header_rows == 1 else ""
+        _check_unique(names, f"data.source: {shown}, line {line}: the header names", hint)
 
 
 def _read_jsonl(path: Path, shown: str, encoding: str) -> pa.Table:
@@ -1386,13 +1547,14 @@ def _csv_records(path: Path, delimiter: str, encoding: str) -> Iterator[tuple[in
                 yield first, last, row
 
 
-def _csv_record_lines(path: Path, delimiter: str, encoding: str, header: bool, records: set[int]) -> dict[int, int]:
-    """Record number (0-based, header not counted; -1 = the header) -> the line where it starts."""
+def _csv_record_lines(path: Path, delimiter: str, encoding: str, header: int, records: set[int]) -> dict[int, int]:
+    """Record number (0-based, after the `header` records of a header; -1 = its last, -header its first) -> the line
+    where it starts."""
     out: dict[int, int] = {}
     if not records:
         return out
     try:
-        for k, (first, _, _) in enumerate(_csv_records(path, delimiter, encoding), -1 if header else 0):
+        for k, (first, _, _) in enumerate(_csv_records(path, delimiter, encoding), -int(header)):
             if k in records:
                 out[k] = first
                 if len(out) == len(records):
@@ -1402,12 +1564,13 @@ def _csv_record_lines(path: Path, delimiter: str, encoding: str, header: bool, r
     return out
 
 
-def _csv_start_lines(path: Path, delimiter: str, encoding: str, header: bool, upto: int) -> array[int]:
-    """The line on which each data record 0..upto starts (fewer if the file has fewer records)."""
+def _csv_start_lines(path: Path, delimiter: str, encoding: str, header: int, upto: int) -> array[int]:
+    """The line on which each data record 0..upto starts, after `header` records of a header (fewer if the file has
+    fewer records)."""
     out: array[int] = array("q")
     try:
         records = _csv_records(path, delimiter, encoding)
-        if header:
+        for _ in range(header):
             next(records, None)
         for first, _, _ in records:
             out.append(first)
@@ -1433,8 +1596,9 @@ def _jsonl_start_lines(path: Path, encoding: str, upto: int) -> array[int]:
     return out
 
 
-def _header_line(path: Path, delimiter: str, encoding: str) -> int:
-    return _csv_record_lines(path, delimiter, encoding, True, {-1}).get(-1, 1)
+def _header_line(path: Path, delimiter: str, encoding: str, rows: int = 1) -> int:
+    """The line on which a header of `rows` records starts."""
+    return _csv_record_lines(path, delimiter, encoding, rows, {-rows}).get(-rows, 1)
 
 
 def _csv_error(path: Path, shown: str, fmt: str, delimiter: str, d: DataParams, exc: Exception) -> DataError:
