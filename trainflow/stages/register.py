@@ -144,18 +144,29 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
     commit, dirty = lineage.git_commit(paths.root)
     training = read_json(paths.final / "training.json")
     schema = Schema.read(paths.split_schema)
+    # What `trainflow verify` retrains from. The code: the commit, unless code_dirty (git_dirty counts params.yaml
+    # too, which -S rewrites; the params are recorded whole). The data: DVC's hash of the splits present (not
+    # dvc.lock's, which `trainflow stage` never updates), kept in DVC's cache; md5 of every split byte.
+    code = lineage.code_changes(paths.root, params.model.code)
+    data_hash, listing = lineage.dvc_dir_hash(paths.splits)
+    lineage.cache_folder(paths.root, paths.splits, data_hash, listing)
     tags = {
         **params.register.tags,  # e.g. the sweep trial the params came from (trainflow tune --apply)
         "target": schema.target,
         "task": schema.task,
         "git_commit": commit,
         "git_dirty": str(dirty).lower(),
-        "data_hash": lineage.dvc_out_hash(paths.root, "split", "data/splits"),
+        "code_dirty": "unknown" if code is None else str(bool(code)).lower(),
+        "data_hash": data_hash,
         "data_sha256": training["data_sha256"],
         "params_hash": lineage.params_hash(params.model_dump()),
+        "params": lineage.params_record(params.model_dump(mode="json")),
+        **lineage.environment(str(training.get("device", "unknown"))),
         registry.MODEL_TAG: tracking.model_hash(paths.final),  # a retrain to the same bytes registers no version
         registry.FLAVOR_TAG: params.register.flavor,  # ... unless it is stored another way
     }
+    if code:
+        tags["code_changes"] = json.dumps(code[:50])
     # This model's outputs on the test rows, scored as evaluate did: the paired gate compares them with the champion's
     # row by row, and the model card's intervals are bootstraps of them.
     outputs = scored(ExportedModel.load(paths.final), params, paths)[1]
