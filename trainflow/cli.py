@@ -180,11 +180,16 @@ def build_parser() -> argparse.ArgumentParser:
     verify = sub.add_parser(
         "verify",
         help="retrain a registered version from its commit, params and data; check it comes out byte for byte",
-        description="Prove a registered version reproduces: the code and params.yaml of its git commit, the splits "
-        "it was trained on out of the DVC cache (each file checked against DVC's md5), the train stage run in a "
-        "temporary folder, and the exported model's hash compared with the version's. Exit 0 when it matches.",
+        description="Prove a registered version reproduces: the code of its git commit with the params it was "
+        "trained with, the splits it was trained on out of the DVC cache (each file checked against DVC's md5), the "
+        "train stage run in a temporary folder, and the exported model's hash compared with the version's. Exit 0 "
+        "when it matches.",
     )
     verify.add_argument("model", help="NAME@champion, NAME@challenger, NAME/VERSION (or models:/...)")
+    verify.add_argument(
+        "--commit",
+        help="retrain from this commit's code (e.g. HEAD), for a version trained from changes committed after it",
+    )
     tune = sub.add_parser(
         "tune",
         help="hyperparameter sweep (Optuna): trials of the tune: section, results in reports/tune/",
@@ -518,18 +523,27 @@ def _verify(args: argparse.Namespace, paths: Paths) -> int:
     from trainflow.verify import verify
 
     tracking.configure(paths.root)
-    result = verify(args.model, paths.root)
+    result = verify(args.model, paths.root, args.commit)
     what = f"{result['model']} (commit {result['git_commit'][:12]}, data {result['data_hash']})"
     if result["verified"]:
         print(f"verify: {what} reproduces: the retrained model is byte for byte the registered one "
               f"(sha256 {result['model_sha256'][:16]})")  # fmt: skip
         return 0
     differ = f"; test metrics differ: {', '.join(result['metrics_differ'])}" if result["metrics_differ"] else ""
+    env = result["environment_differs"]
+    if env is None:
+        why = ("the environment it was trained in was not recorded (an older trainflow), so what differed is the "
+               "training itself: another device or precision (bit-exact on a CPU, or on one GPU with "
+               "train.deterministic), or other library versions")  # fmt: skip
+    elif env:
+        why = (f"the environment differs from the one it was trained in: {'; '.join(env)}. Training is bit-exact in "
+               "one environment: verify it where it was trained, or retrain and register it here")  # fmt: skip
+    else:
+        why = ("so is the environment recorded with it, so the training itself was not deterministic: bit-exact on "
+               "a CPU, and on one GPU with train.deterministic")  # fmt: skip
     print(f"error: verify: {what} did not reproduce: the retrained model's sha256 is {result['retrained_sha256'][:16]}"
-          f", the registered one's {result['model_sha256'][:16]}{differ}. The code, params and data were the "
-          "recorded ones, so "
-          "the training itself differed: another device or precision (bit-exact on a CPU, or on one GPU with "
-          "train.deterministic), or other library versions", file=sys.stderr)  # fmt: skip
+          f", the registered one's {result['model_sha256'][:16]}{differ}. The data, code and params were checked "
+          f"before retraining and are the ones it was trained with; {why}", file=sys.stderr)  # fmt: skip
     return 1
 
 

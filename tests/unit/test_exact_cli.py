@@ -215,18 +215,20 @@ HELP = {
         "  --html HTML  also write the card's self-contained HTML page here\n"
     ),
     "verify": (
-        "usage: trainflow verify [-h] model\n"
+        "usage: trainflow verify [-h] [--commit COMMIT] model\n"
         "\n"
-        "Prove a registered version reproduces: the code and params.yaml of its git commit, the splits it\n"
-        "was trained on out of the DVC cache (each file checked against DVC's md5), the train stage run in\n"
-        "a temporary folder, and the exported model's hash compared with the version's. Exit 0 when it\n"
-        "matches.\n"
+        "Prove a registered version reproduces: the code of its git commit with the params it was trained\n"
+        "with, the splits it was trained on out of the DVC cache (each file checked against DVC's md5), the\n"
+        "train stage run in a temporary folder, and the exported model's hash compared with the version's.\n"
+        "Exit 0 when it matches.\n"
         "\n"
         "positional arguments:\n"
-        "  model       NAME@champion, NAME@challenger, NAME/VERSION (or models:/...)\n"
+        "  model            NAME@champion, NAME@challenger, NAME/VERSION (or models:/...)\n"
         "\n"
         "options:\n"
-        "  -h, --help  show this help message and exit\n"
+        "  -h, --help       show this help message and exit\n"
+        "  --commit COMMIT  retrain from this commit's code (e.g. HEAD), for a version trained from changes\n"
+        "                   committed after it\n"
     ),
     "tune": (
         "usage: trainflow tune [-h] [-S KEY=VALUE] [--trials TRIALS] [--workers WORKERS] [--apply]\n"
@@ -530,18 +532,24 @@ RESULT = {
     "model_sha256": "aaaaaaaaaaaaaaaabbbb",
     "retrained_sha256": "ccccccccccccccccdddd",
     "metrics_differ": [],
+    "environment_differs": None,
 }
 
 
+@pytest.mark.parametrize(("args", "commit"), [([], None), (["--commit", "HEAD"], "HEAD")])
 def test_verify_says_a_version_reproduces_on_stdout(
-    project: Paths, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    args: list[str],
+    commit: str | None,
+    project: Paths,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     from trainflow import verify
 
     calls: list[Any] = []
     monkeypatch.setattr(verify, "verify", recorder(calls, {**RESULT, "verified": True}))
-    assert cli.main(["verify", "m/3"]) == 0
-    assert calls == [(("m/3", project.root), {})] and [project.root] == CONFIGURED
+    assert cli.main(["verify", "m/3", *args]) == 0
+    assert calls == [(("m/3", project.root, commit), {})] and [project.root] == CONFIGURED
     assert capsys.readouterr() == (
         "verify: m/3 (commit 0123456789ab, data d41d8.dir) reproduces: the retrained model is byte for byte the "
         "registered one (sha256 aaaaaaaaaaaaaaaa)\n",
@@ -549,21 +557,54 @@ def test_verify_says_a_version_reproduces_on_stdout(
     )
 
 
-@pytest.mark.parametrize(("differ", "said"), [([], ""), (["accuracy", "f1"], "; test metrics differ: accuracy, f1")])
-def test_verify_says_a_version_did_not_reproduce_on_stderr_exit_1(
-    differ: list[str], said: str, project: Paths, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+DID_NOT = (
+    "error: verify: m/3 (commit 0123456789ab, data d41d8.dir) did not reproduce: the retrained model's sha256 is "
+    "cccccccccccccccc, the registered one's aaaaaaaaaaaaaaaa{said}. The data, code and params were checked before "
+    "retraining and are the ones it was trained with; "
+)
+
+
+@pytest.mark.parametrize(
+    ("differ", "env", "why"),
+    [
+        (
+            [],
+            None,
+            "the environment it was trained in was not recorded (an older trainflow), so what differed is the training "
+            "itself: another device or precision (bit-exact on a CPU, or on one GPU with train.deterministic), or "
+            "other library versions",
+        ),
+        (
+            ["accuracy", "f1"],
+            ["env.numpy: 1.0 when trained, 2.0 here", "env.torch: 2.12.0 when trained, 2.13.0 here"],
+            "the environment differs from the one it was trained in: env.numpy: 1.0 when trained, 2.0 here; env.torch: "
+            "2.12.0 when trained, 2.13.0 here. Training is bit-exact in one environment: verify it where it was "
+            "trained, or retrain and register it here",
+        ),
+        (
+            [],
+            [],
+            "so is the environment recorded with it, so the training itself was not deterministic: bit-exact on a CPU, "
+            "and on one GPU with train.deterministic",
+        ),
+    ],
+    ids=["no-environment-recorded", "another-environment", "the-same-environment"],
+)
+def test_verify_says_a_version_did_not_reproduce_and_names_the_environment_on_stderr_exit_1(
+    differ: list[str],
+    env: list[str] | None,
+    why: str,
+    project: Paths,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     from trainflow import verify
 
-    monkeypatch.setattr(verify, "verify", lambda model, root: {**RESULT, "verified": False, "metrics_differ": differ})
+    result = {**RESULT, "verified": False, "metrics_differ": differ, "environment_differs": env}
+    monkeypatch.setattr(verify, "verify", lambda model, root, commit: result)
     assert cli.main(["verify", "m/3"]) == 1
-    assert capsys.readouterr() == (
-        "",
-        "error: verify: m/3 (commit 0123456789ab, data d41d8.dir) did not reproduce: the retrained model's sha256 is "
-        f"cccccccccccccccc, the registered one's aaaaaaaaaaaaaaaa{said}. The code, params and data were the recorded "
-        "ones, so the training itself differed: another device or precision (bit-exact on a CPU, or on one GPU with "
-        "train.deterministic), or other library versions\n",
-    )
+    said = "; test metrics differ: accuracy, f1" if differ else ""
+    assert capsys.readouterr() == ("", DID_NOT.format(said=said) + why + "\n")
 
 
 # --- data -------------------------------------------------------------------------------------------------------------
