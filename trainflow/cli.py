@@ -266,7 +266,8 @@ def _main(argv: Sequence[str] | None) -> int:
     for key, value in ENV_DEFAULTS.items():
         os.environ.setdefault(key, value)
     try:
-        return _dispatch(args)
+        with _stage_watch(args):
+            return _dispatch(args)
     except Preempted as exc:  # not an error: the checkpoint is written, a rerun resumes
         print(f"preempted: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -283,6 +284,20 @@ def _main(argv: Sequence[str] | None) -> int:
     except Exception:  # noqa: BLE001 - last-resort handler: show the traceback, exit 1
         traceback.print_exc()
         return 1
+
+
+def _stage_watch(args: argparse.Namespace) -> contextlib.AbstractContextManager[object]:
+    """`trainflow stage train`: its preemption signals caught from here, before anything heavy is imported
+    (train.preempt_signals' default until the stage reads params.yaml; trainflow.engine.preempt). Until the workspace
+    is held nothing is written, so one ends the process at once, exit 75; under torchrun the ranks stop together, at
+    the stage's first check."""
+    if args.command != "stage" or args.name != "train":
+        return contextlib.nullcontext()
+    from trainflow.engine.preempt import DEFAULT_SIGNALS, Watch
+
+    watch = Watch(DEFAULT_SIGNALS, held=True)
+    watch.nothing_written = "RANK" not in os.environ
+    return watch
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -327,12 +342,15 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return serve(paths, cron=args.cron, name=args.name, timezone=args.timezone)
     from trainflow import workspace
+    from trainflow.engine import preempt
 
     load_params(paths.params, args.overrides)  # every problem is reported before anything is written
     # One run per workspace; the lock covers the -S write too, so a waiting run never changes the params under one
     # that is running.
     command = "trainflow run" if args.command == "run" else f"trainflow stage {args.name}"
     with workspace.hold(paths.root, command):
+        if (watch := preempt.current()) is not None:
+            watch.nothing_written = False  # from here, a signal is acted on where the stage can stop cleanly
         before = paths.params.read_bytes()
         lock_before = locked_stages(paths.root) if args.overrides else {}
         write_overrides(paths.params, args.overrides)  # DVC's record stays true: the file holds what ran

@@ -1,6 +1,8 @@
 """Preemption (issue 28): a signal stops training after the update it arrived in, with a checkpoint and exit code 75,
 and the rerun ends with the weights of an uninterrupted run, bit for bit; train.max_time does the same on a clock;
-a second signal ends the process at once. (Two processes, and `trainflow run` on a Prefect flow: the slow tier,
+a second signal ends the process at once. The Watch's own rules: the signals it gives back once params.yaml is read,
+and a launcher's ranks that get a signal while they start. (A signal at any moment of the stage:
+test_preempt_anywhere.py; two processes, and `trainflow run` on a Prefect flow: the slow tier,
 tests/flows/test_preempt_flow.py.)"""
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 from conftest import make_project
+from signals import ON_LINUX, signalled_at, snapshot, stage_train, stderr_of
 
 from trainflow.errors import PREEMPTED
 from trainflow.io import read_json
@@ -76,6 +80,81 @@ def test_a_signal_at_a_random_update_checkpoints_there_and_the_rerun_ends_bitwis
     assert digest(root) == reference[1], f"the rerun after a {name} at update {at} trained other weights"
 
 
+def mlflow_statuses() -> list[str]:
+    """The status of every MLflow run this test's store holds (MLFLOW_TRACKING_URI: the test's own)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient()
+    ids = [e.experiment_id for e in client.search_experiments()]
+    return [r.info.status for r in client.search_runs(ids)] if ids else []
+
+
+# The moments a signal reaches the stage from outside, in the default tier (one process; every signal at every moment,
+# and two processes: test_preempt_anywhere.py, slow). Before training: exit 75, nothing written, so a rerun trains as
+# if this run had never been (from scratch here); in training: test_a_signal_at_a_random_update_... above.
+@pytest.mark.skipif(not ON_LINUX, reason="finds the stopped process in /proc")
+@pytest.mark.parametrize(
+    ("point", "name", "to"),
+    [
+        ("train-setup:1", "SIGTERM", "stage"),  # started, params read, no data read yet
+        ("train-fit:1", "SIGINT", "group"),  # set up, MLflow's run started; a terminal's Ctrl-C (the process group)
+    ],
+)
+def test_a_signal_before_training_ends_the_stage_with_75_and_nothing_written(
+    reference: tuple[Path, str], tmp_path: Path, point: str, name: str, to: str
+) -> None:
+    root = copy(reference, tmp_path)
+    before = snapshot(root, "data", "models", "reports")
+    ended = signalled_at(root, point, name, to)
+    assert ended.code == PREEMPTED, ended.stderr[-3000:]
+    assert f"preempted: train: {name} received before " in ended.stderr, ended.stderr[-3000:]
+    assert "Traceback" not in ended.stderr
+    assert ended.after_s < 30, f"{ended.after_s:.1f} s from the signal to the end"
+    assert snapshot(root, "data", "models", "reports") == before
+    assert "RUNNING" not in mlflow_statuses()  # a run started is ended (KILLED), not left open
+
+
+@pytest.mark.skipif(not ON_LINUX, reason="finds the stopped process in /proc")
+def test_a_signal_after_the_last_update_ends_the_stage_with_0_its_outputs_written(
+    reference: tuple[Path, str], tmp_path: Path
+) -> None:
+    """Between the export and the MLflow logging of the model: the stage writes what is left of its outputs and leaves
+    the model's MLflow logging to register (as when the tracking server is down), so it ends in seconds."""
+    root = copy(reference, tmp_path)
+    ended = signalled_at(root, "train-log:1", "SIGUSR1", "stage")
+    assert ended.code == 0, ended.stderr[-3000:]
+    assert "train: SIGUSR1 received after the last update: models/final and the reports are written" in ended.stderr
+    assert "Traceback" not in ended.stderr
+    assert ended.after_s < 30, f"{ended.after_s:.1f} s from the signal to the end"
+    assert digest(root) == reference[1]
+    assert read_json(Paths(root).train_run)["model_uri"] is None  # register logs it
+
+
+def test_a_signal_while_waiting_for_the_workspace_ends_the_stage_at_once_with_nothing_written(
+    reference: tuple[Path, str], tmp_path: Path
+) -> None:
+    """Before the stage holds the workspace nothing is written, and it may wait there for another run for hours: a
+    signal ends it at once."""
+    from filelock import FileLock
+
+    from trainflow.workspace import lock_file
+
+    root = copy(reference, tmp_path)
+    before = snapshot(root, "data", "models", "reports")
+    with FileLock(str(lock_file(root))):  # another run holds the workspace
+        proc = stage_train(root)
+        deadline = time.monotonic() + 300
+        while "waiting for the workspace" not in stderr_of(root):
+            assert proc.poll() is None and time.monotonic() < deadline, stderr_of(root)[-3000:]
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGTERM)
+        code = proc.wait(timeout=30)
+    err = stderr_of(root)
+    assert code == PREEMPTED, err[-3000:]
+    assert "preempted: SIGTERM received before train started: nothing written; rerun it" in err
+    assert snapshot(root, "data", "models", "reports") == before
+
+
 def test_max_time_stops_each_run_and_the_reruns_finish_the_training_bitwise_equal(
     reference: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -109,7 +188,7 @@ def test_a_second_signal_ends_the_process_at_once(tmp_path: Path) -> None:
         import os, signal, sys, time
         from trainflow.engine.distributed import Group
         from trainflow.engine.preempt import Watch
-        with Watch(["SIGTERM"], None, Group()) as watch:
+        with Watch(["SIGTERM"], Group()) as watch:
             os.kill(os.getpid(), signal.SIGTERM)
             os.kill(os.getpid(), signal.SIGTERM)  # the same preemption twice (forwarded): still noted only
             time.sleep(1.2)
@@ -123,16 +202,66 @@ def test_a_second_signal_ends_the_process_at_once(tmp_path: Path) -> None:
     assert proc.returncode == -signal.SIGTERM
 
 
-def test_handlers_are_put_back_after_training_and_empty_signals_leave_them_alone(reference: tuple[Path, str]) -> None:
+def test_handlers_are_put_back_after_training_and_empty_signals_leave_them_alone() -> None:
     from trainflow.engine.distributed import Group
     from trainflow.engine.preempt import Watch
 
     before = signal.getsignal(signal.SIGUSR1)
-    with Watch(["SIGUSR1"], None, Group()):
+    with Watch(["SIGUSR1"], Group()):
         assert signal.getsignal(signal.SIGUSR1) is not before
     assert signal.getsignal(signal.SIGUSR1) is before
-    with Watch([], None, Group()) as watch:
+    with Watch([], Group()) as watch:
         assert signal.getsignal(signal.SIGUSR1) is before and watch.due() is None
+
+
+def test_a_signal_noted_before_params_yaml_was_read_takes_its_own_effect_if_it_is_not_one_to_catch() -> None:
+    """The CLI catches train.preempt_signals' default before it reads params.yaml; a signal the params leave out was
+    never the stage's to catch: once they are read it does what it would have done (SIGUSR1: end the process)."""
+    script = textwrap.dedent("""
+        import os, signal, time
+        from trainflow.engine.preempt import Watch
+        with Watch(["SIGTERM", "SIGUSR1"]) as watch:
+            os.kill(os.getpid(), signal.SIGUSR1)
+            time.sleep(0.2)
+            print("noted:", watch.caught.name, flush=True)
+            watch.catch(["SIGTERM"])  # train.preempt_signals: [SIGTERM]
+            time.sleep(5)
+            print("still running", flush=True)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.stdout == "noted: SIGUSR1\n", proc.stdout + proc.stderr
+    assert proc.returncode == -signal.SIGUSR1
+
+
+LAUNCHER = """
+import multiprocessing, os, signal, sys, time
+from trainflow.engine.preempt import Watch
+
+def rank(started):
+    time.sleep(1.0)  # importing: the signal comes meanwhile, before this rank's Watch is entered
+    with Watch(["SIGTERM"]) as watch:
+        time.sleep(0.3)
+        print(f"rank: {watch.caught.name if watch.caught else 'nothing'} noted", flush=True)
+
+if __name__ == "__main__":
+    with Watch(["SIGTERM"]) as watch, watch.passing_on():
+        p = multiprocessing.get_context("spawn").Process(target=rank, args=(None,))
+        p.start()
+        os.kill(os.getpid(), signal.SIGTERM)  # to the launcher, while its rank starts
+        while p.is_alive():  # as torch's launcher waits: a poll every so often (the handler runs in between)
+            time.sleep(0.05)
+    print(f"launcher: {watch.caught.name} noted; rank exit code {p.exitcode}", flush=True)
+"""
+
+
+def test_a_launcher_passes_a_signal_on_to_a_rank_that_is_still_starting(tmp_path: Path) -> None:
+    """The rank starts with the signals blocked: the one passed on while it imports waits for its Watch (not the
+    default action, which would kill it before its checkpoint)."""
+    script = tmp_path / "launcher.py"
+    script.write_text(LAUNCHER)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert proc.stdout == "rank: SIGTERM noted\nlauncher: SIGTERM noted; rank exit code 0\n", proc.stdout + proc.stderr
+    assert proc.returncode == 0
 
 
 def test_max_time_takes_durations_and_refuses_what_is_not_one(tmp_path: Path) -> None:

@@ -34,13 +34,16 @@ import socket
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from trainflow.errors import ParamsError, Preempted, ServiceError, UserError
+
+if TYPE_CHECKING:
+    from trainflow.engine.preempt import Watch
 
 # A rank that waits this long in a collective has lost a peer: fail, never hang. Long enough for a checkpoint write.
 TIMEOUT = datetime.timedelta(seconds=float(os.environ.get("TRAINFLOW_COLLECTIVE_TIMEOUT", "120")))
@@ -389,13 +392,19 @@ class RankFailed(ServiceError):
     failure: rerunning resumes from the last checkpoint, so Prefect's retries apply."""
 
 
-def launch(world_size: int, entrypoint: Callable[..., Any], *args: Any) -> Any:
+def launch(world_size: int, entrypoint: Callable[..., Any], *args: Any, watch: Watch | None = None) -> Any:
     """Run `entrypoint(*args)` on `world_size` local processes with torch's elastic launcher (c10d rendezvous on
     127.0.0.1, a free port) and return rank 0's result. One rank failing stops the others within seconds; its error
-    is raised here (a UserError of a rank keeps its exit code 2)."""
+    is raised here (a UserError of a rank keeps its exit code 2).
+
+    `watch` (the train stage's): the signals it catches are passed on to the ranks, which catch them too and stop at
+    the same point (in training: after the same update, with a checkpoint); their Preempted is raised here. torch's
+    launcher handles only the others: on its own it raises SignalException and stops the ranks without a checkpoint
+    (SIGTERM, SIGINT), or dies of the signal (SIGUSR1)."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+    caught = [s.name for s in watch.signals] if watch is not None else []
     config = LaunchConfig(
         min_nodes=1,
         max_nodes=1,
@@ -404,42 +413,59 @@ def launch(world_size: int, entrypoint: Callable[..., Any], *args: Any) -> Any:
         rdzv_backend="c10d",
         rdzv_endpoint=f"127.0.0.1:{free_port()}",
         max_restarts=0,
-        monitor_interval=0.5,
+        monitor_interval=0.1,  # also how soon a signal is passed on: the launcher's handler runs between its polls
         start_method="spawn",
+        signals_to_handle=",".join(_launcher_signals(caught)),
     )
     threads = os.environ.get("OMP_NUM_THREADS")  # the ranks share the cores, as under torchrun; restored after
     if threads is None:
         os.environ["OMP_NUM_THREADS"] = str(max((os.cpu_count() or 1) // world_size, 1))
     try:
-        results = elastic_launch(config, _entry)(entrypoint, *args)
+        with watch.passing_on() if watch is not None else contextlib.nullcontext():
+            results = elastic_launch(config, _entry)(caught, entrypoint, *args)
     except ChildFailedError as exc:
         rank, failure = exc.get_first_failure()
         raise _rank_error(rank, failure) from None
     finally:
         if threads is None:
             del os.environ["OMP_NUM_THREADS"]
+    if isinstance(results[0], Stopped):  # every rank stopped at the same point
+        raise Preempted(results[0].message)
     return results[0]
 
 
-def _entry(fn: Callable[..., Any], *args: Any) -> Any:
-    """What each rank runs: `fn(*args)`, a user's error printed as one process would print it (exit 2)."""
-    try:
-        return fn(*args)
-    except UserError as exc:
-        print(f"rank {os.environ.get('RANK')}: {exc}", file=sys.stderr, flush=True)
-        sys.exit(UserError.exit_code)
-    except Preempted as exc:  # every rank stopped after the same update, the checkpoint written
-        if os.environ.get("RANK") == "0":
-            print(exc, file=sys.stderr, flush=True)
-        sys.exit(Preempted.exit_code)
+@dataclass(frozen=True)
+class Stopped:
+    """What a preempted rank returns to the launcher: an exit code other than 0 would have torch's launcher log it as
+    a failure, with a traceback, and stop the other ranks with SIGTERM while they still finish."""
+
+    message: str
+
+
+def _launcher_signals(caught: list[str]) -> list[str]:
+    """The signals torch's launcher handles itself (its default four, less those the ranks are to catch); never none,
+    which it would report with a traceback."""
+    left = [s for s in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT") if s not in caught]
+    return left or ["SIGUSR2"]
+
+
+def _entry(signals: list[str], fn: Callable[..., Any], *args: Any) -> Any:
+    """What each rank runs: `fn(*args)`, a user's error printed as one process would print it (exit 2), a preemption
+    returned (Stopped). `signals`: the preemption signals to catch from the start (the launcher passes them on, and
+    started this process with them blocked: one that came meanwhile is noted now)."""
+    from trainflow.engine.preempt import Watch
+
+    with Watch(signals, held=True):
+        try:
+            return fn(*args)
+        except UserError as exc:
+            print(f"rank {os.environ.get('RANK')}: {exc}", file=sys.stderr, flush=True)
+            sys.exit(UserError.exit_code)
+        except Preempted as exc:  # every rank stopped at the same point (in training: with the checkpoint written)
+            return Stopped(str(exc))
 
 
 def _rank_error(rank: int, failure: Any) -> Exception:
-    if failure.exitcode == Preempted.exit_code:
-        return Preempted(
-            "train: the distributed run was preempted: every rank stopped after the same update, with a "
-            f"checkpoint (rank 0 said where, above); rerun to resume (exit code {Preempted.exit_code})"
-        )
     if failure.exitcode == UserError.exit_code:
         return UserError(f"rank {rank} of the distributed run failed; its error is printed above (the others stopped)")
     if failure.exitcode < 0:

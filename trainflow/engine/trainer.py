@@ -264,7 +264,9 @@ class Trainer:
         self.final_weights: dict[str, torch.Tensor] | None = None  # after fit(), on rank 0: what to export
         self.resumed_from: int | None = None  # the update a resumed run continued from; None for a fresh start
         # A signal (train.preempt_signals) or train.max_time stops fit() after an update, with a checkpoint, raising
-        # Preempted. Off by default: the train stage turns it on (a sweep's trials leave the signals to the sweep).
+        # Preempted. Off by default: the train stage gives its Watch, entered for the whole stage (`watch`);
+        # `preemptible` alone makes fit() enter one of its own. A sweep's trials leave the signals to the sweep.
+        self.watch: Watch | None = None
         self.preemptible = False
         self._watch: Watch | None = None
         # train.profile writes its trace here (the train stage: reports/profile); None: not profiled.
@@ -413,12 +415,15 @@ class Trainer:
         self._clock = (time.perf_counter(), s.samples, s.tokens, self._flops)
         self._logged_at = s.updates
         anomaly = torch.autograd.detect_anomaly() if p.detect_anomaly else contextlib.nullcontext()
-        self._watch = Watch(p.preempt_signals, p.max_time, self.group) if self.preemptible else None
+        own = Watch(p.preempt_signals, self.group) if self.preemptible and self.watch is None else None
+        self._watch = self.watch or own
+        if self._watch is not None:
+            self._watch.start_clock(p.max_time)
         self._profiler = profiler(p.profile, self.profile_dir, self.device, self.group.rank)
         if self.group.is_main:
             (self.store.root / PREEMPTED_MARK).unlink(missing_ok=True)  # this run resumes what that one stopped
         try:
-            with anomaly, self._watch or contextlib.nullcontext(), self._profiler or contextlib.nullcontext():
+            with anomaly, own or contextlib.nullcontext(), self._profiler or contextlib.nullcontext():
                 while not self._done():
                     self._run_epoch(train, val, bar)
                 if s.last_eval_update != s.updates and not s.stopped_early:

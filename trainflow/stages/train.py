@@ -4,6 +4,11 @@ the resume fingerprint (trainflow.fingerprint), the export (trainflow.export), p
 With train.world_size > 1 this process starts the ranks (torch's elastic launcher) and each runs `train()`; under an
 outside torchrun it is one of them. Every rank reads the data and fits the same preprocessing; rank 0 alone talks to
 MLflow, writes plots and exports: the block at the end of `_train()`.
+
+A preemption signal is noted from the stage's start to its end (trainflow.engine.preempt): before training the stage
+stops at its next `stop_before` with nothing written, in training after the update with a checkpoint (exit 75 both);
+after the last update it writes its outputs, leaves the model's MLflow logging to register, and exits 0. The
+launcher passes a signal on to its ranks.
 """
 
 from __future__ import annotations
@@ -31,11 +36,12 @@ from trainflow.engine.augment import Augment
 from trainflow.engine.data import Dataset, ImageData, MemmapData, RecordFile, TensorData, TextData
 from trainflow.engine.objective import Objective
 from trainflow.engine.precision import Precision, configure_backends, resolve_device, resolve_precision
+from trainflow.engine.preempt import PREEMPTED_MARK, Watch, watching
 from trainflow.engine.trainer import Logger, NullLogger, Trainer
 from trainflow.errors import ParamsError, Preempted, UserError
 from trainflow.export import auto_model, export, model_config
 from trainflow.fingerprint import data_hash, fingerprint
-from trainflow.io import write_json
+from trainflow.io import failpoint, write_json
 from trainflow.models import build_model, hf, user_source
 from trainflow.params import PipelineParams, with_values
 from trainflow.paths import SPLITS, Paths
@@ -77,12 +83,17 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
     for s in SPLITS:
         if not paths.split(s).exists():
             raise UserError(f"train: {paths.split(s)} is missing; run `trainflow stage split` first")
-    world = distributed.resolve_world_size(params.train.world_size, resolve_device(params.train.device))
-    if world > 1 and not distributed.launched():
-        print(f"[trainflow] train: starting {world} processes ({params.train.strategy})", file=sys.stderr, flush=True)
-        result: dict[str, Any] = distributed.launch(world, _rank, params.model_dump(mode="json"), str(paths.root))
-        return result
-    return train(params, paths, world)
+    with watching(params.train.preempt_signals) as watch:
+        world = distributed.resolve_world_size(params.train.world_size, resolve_device(params.train.device))
+        if world > 1 and not distributed.launched():
+            failpoint("train-launch")
+            watch.stop_before("starting the ranks")
+            print(f"[trainflow] train: starting {world} processes ({params.train.strategy})", file=sys.stderr,
+                  flush=True)  # fmt: skip
+            args = (params.model_dump(mode="json"), str(paths.root))
+            result: dict[str, Any] = distributed.launch(world, _rank, *args, watch=watch)
+            return result
+        return train(params, paths, world)
 
 
 def _rank(params: dict[str, Any], root: str) -> dict[str, Any]:
@@ -94,13 +105,19 @@ def _rank(params: dict[str, Any], root: str) -> dict[str, Any]:
 
 
 def train(params: PipelineParams, paths: Paths, world: int) -> dict[str, Any]:
-    device = distributed.device_for(resolve_device(params.train.device))
-    t = params.train
-    group = distributed.init(world, t.strategy, distributed.backend_for(t.backend, device), device)
-    try:
-        return _train(params, paths, device, group)
-    finally:
-        distributed.shutdown(group)
+    with watching(params.train.preempt_signals) as watch:
+        device = distributed.device_for(resolve_device(params.train.device))
+        t = params.train
+        group = distributed.init(world, t.strategy, distributed.backend_for(t.backend, device), device)
+        try:
+            watch.join(group)
+            failpoint("train-setup")
+            # Under a launcher (torchrun: exit code 1 for every failure), the mark tells a job script "preempted".
+            mark = paths.checkpoints / PREEMPTED_MARK if distributed.launched() else None
+            watch.stop_before("reading the data", mark)
+            return _train(params, paths, device, group, watch, mark)
+        finally:
+            distributed.shutdown(group)
 
 
 @dataclass
@@ -286,26 +303,37 @@ def streamed_images(pre: Preprocessor, split: stream.Split, dest: Path, where: s
     return ImageData(decode, torch.from_numpy(y), pre.image_mean, pre.image_std)
 
 
-def _train(params: PipelineParams, paths: Paths, device: torch.device, group: distributed.Group) -> dict[str, Any]:
+def _train(
+    params: PipelineParams,
+    paths: Paths,
+    device: torch.device,
+    group: distributed.Group,
+    watch: Watch,
+    mark: Path | None,
+) -> dict[str, Any]:
     built = setup(params, paths, device, group, paths.checkpoints)
     trainer, precision, dhash = built.trainer, built.precision, built.data_hash
     run = tracking.TrainingRun(paths.root, params.tracking.experiment, paths.reports / "train_metrics_local.json")
-    if group.is_main:
-        tags = {"trainflow.data_sha256": dhash, "trainflow.precision": precision.name}
-        run.start(params.model_dump(), tags=tags, pipeline=True)
-    tensorboard = paths.tensorboard if params.tracking.tensorboard else None
-    logger = tracking.loggers(run, tensorboard) if group.is_main else NullLogger()
-    trainer.logger = logger
-    trainer.preemptible = True  # a signal or train.max_time: checkpoint at the next update, raise Preempted
-    trainer.profile_dir = paths.profile if params.train.profile is not None else None
-    if trainer.profile_dir is not None and group.is_main:
-        shutil.rmtree(trainer.profile_dir, ignore_errors=True)  # this run's trace alone
-    group.barrier()
+    logger: Logger = NullLogger()
     try:
+        watch.stop_before("training", mark)
+        if group.is_main:
+            tags = {"trainflow.data_sha256": dhash, "trainflow.precision": precision.name}
+            run.start(params.model_dump(), tags=tags, pipeline=True)
+        tensorboard = paths.tensorboard if params.tracking.tensorboard else None
+        logger = tracking.loggers(run, tensorboard) if group.is_main else NullLogger()
+        trainer.logger = logger
+        trainer.watch = watch  # a signal or train.max_time: checkpoint at the next update, raise Preempted
+        trainer.profile_dir = paths.profile if params.train.profile is not None else None
+        if trainer.profile_dir is not None and group.is_main:
+            shutil.rmtree(trainer.profile_dir, ignore_errors=True)  # this run's trace alone
+        group.barrier()
+        failpoint("train-fit")
+        watch.stop_before("training", mark)  # MLflow's start can take seconds
         state = trainer.fit(built.train, built.val)
     except BaseException as exc:
         logger.close()
-        if group.is_main:
+        if group.is_main:  # a run never started is not ended (TrainingRun)
             run.finish("KILLED" if isinstance(exc, KeyboardInterrupt | Preempted) else "FAILED")
         raise
     finally:
@@ -347,6 +375,7 @@ def _train(params: PipelineParams, paths: Paths, device: torch.device, group: di
     # models/final holds what the model is, never how this run went: a rerun that changes nothing (an instant resume
     # after train.progress changed, say) exports it byte for byte, so DVC reruns nothing after it and register adds
     # no version. How the run went goes into reports/train_run.json with the MLflow run.
+    failpoint("train-export")
     export(trainer.final_weights, built.config, built.pre, built.schema, summary, paths.final)
     this_run = {
         "resumed_from_update": trainer.resumed_from,
@@ -355,11 +384,20 @@ def _train(params: PipelineParams, paths: Paths, device: torch.device, group: di
     history = plots.history_frame(state.history)
     plots.write_csv(history, paths.plots / "history.csv")
     plots.training_curves(history, paths.plots / "training_curves.png")
-    run.log_metrics({f"best_{params.train.monitor}": state.best_metric or math.nan})
-    run.log_artifact(paths.plots / "training_curves.png", "plots")
-    for trace in sorted(paths.profile.glob("*.json")) if trainer.profile_dir is not None else []:
-        run.log_artifact(trace, "profile")
-    run.log_model(paths.final, built.val_head)
+    # MLflow's logging can take long (an upload to a server, seconds even locally): after a signal it is left to
+    # register, which logs the model train did not (as when the tracking server was down), and the stage ends now.
+    if watch.caught is None:
+        run.log_metrics({f"best_{params.train.monitor}": state.best_metric or math.nan})
+        run.log_artifact(paths.plots / "training_curves.png", "plots")
+        for trace in sorted(paths.profile.glob("*.json")) if trainer.profile_dir is not None else []:
+            run.log_artifact(trace, "profile")
+    failpoint("train-log")
+    if watch.caught is None:
+        run.log_model(paths.final, built.val_head)
+    else:
+        said = f"{watch.caught.name} received after the last update"
+        print(f"train: {said}: models/final and the reports are written, and the model is left for `trainflow stage "
+              "register` to log to MLflow", file=sys.stderr)  # fmt: skip
     run.finish()
     write_json(paths.train_run, {**run.record(), **this_run})
     return {**summary, **this_run, "mlflow_run_id": run.run_id}
