@@ -508,8 +508,8 @@ def registered_models(client: Any = None) -> list[dict[str, Any]]:
                    RERUN_MODELS)  # fmt: skip
     out = []
     for model in sorted(found or [], key=lambda m: m.name):
-        versions = lookup(lambda m=model: client.search_model_versions(f"name='{m.name}'"), "listing versions",
-                          RERUN_MODELS) or []  # fmt: skip
+        query = f"name='{model.name}'"
+        versions = lookup(lambda: client.search_model_versions(query), "listing versions", RERUN_MODELS) or []
         out.append(
             {
                 "name": model.name,
