@@ -1127,9 +1127,10 @@ def test_the_studys_mlflow_run_is_made_once_and_ends_with_the_best_trial(project
 
 
 def test_a_sweep_may_not_override_what_makes_the_splits() -> None:
-    tune.check_overrides(["train.lr=0.1", "model.dropout=0.2", "seeds.x=1", "dataset=1"])
+    # The training seed makes no split (split.seed does): a sweep may set it.
+    tune.check_overrides(["train.lr=0.1", "model.dropout=0.2", "seeds.x=1", "dataset=1", "seed=1"])
     refused = [
-        ("seed=1", "seed"),
+        ("split.seed=1", "split.seed"),
         ("data.source=x.csv", "data.source"),
         (" split.val_fraction =0.3", "split.val_fraction"),
     ]

@@ -20,7 +20,7 @@ from trainflow.errors import ParamsError, ServiceError, UserError
 from trainflow.params import RANKED, PipelineParams
 from trainflow.paths import SPLITS, Paths
 
-FIXED_FOR_A_STUDY = ("seed", "data", "split")  # they make data/splits, which every trial shares
+FIXED_FOR_A_STUDY = ("data", "split")  # they make data/splits, which every trial shares (the seed does not: split.seed)
 
 
 class TuneIncomplete(ServiceError):
@@ -36,8 +36,8 @@ def check_overrides(overrides: list[str]) -> None:
                 [
                     (
                         key,
-                        "a sweep trains every trial on data/splits as params.yaml made them; change data, split or "
-                        "seed in params.yaml and run `trainflow run` (or `dvc repro split`) first",
+                        "a sweep trains every trial on data/splits as params.yaml made them; change data or split in "
+                        "params.yaml and run `trainflow run` (or `dvc repro split`) first",
                     )
                 ],
             )
