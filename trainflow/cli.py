@@ -266,7 +266,7 @@ def _main(argv: Sequence[str] | None) -> int:
     for key, value in ENV_DEFAULTS.items():
         os.environ.setdefault(key, value)
     try:
-        with _stage_watch(args):
+        with _stage_watch(args, program=argv is None):
             return _dispatch(args)
     except Preempted as exc:  # not an error: the checkpoint is written, a rerun resumes
         print(f"preempted: {exc}", file=sys.stderr)
@@ -286,16 +286,17 @@ def _main(argv: Sequence[str] | None) -> int:
         return 1
 
 
-def _stage_watch(args: argparse.Namespace) -> contextlib.AbstractContextManager[object]:
+def _stage_watch(args: argparse.Namespace, program: bool) -> contextlib.AbstractContextManager[object]:
     """`trainflow stage train`: its preemption signals caught from here, before anything heavy is imported
     (train.preempt_signals' default until the stage reads params.yaml; trainflow.engine.preempt). Until the workspace
     is held nothing is written, so one ends the process at once, exit 75; under torchrun the ranks stop together, at
-    the stage's first check."""
+    the stage's first check. `program`: this process is the command (not a caller of `main`), so the handlers stay to
+    its end."""
     if args.command != "stage" or args.name != "train":
         return contextlib.nullcontext()
     from trainflow.engine.preempt import DEFAULT_SIGNALS, Watch
 
-    watch = Watch(DEFAULT_SIGNALS, held=True)
+    watch = Watch(DEFAULT_SIGNALS, held=program)
     watch.nothing_written = "RANK" not in os.environ
     return watch
 
