@@ -70,12 +70,30 @@ def tags(directory: Path) -> dict[str, str]:
 
 def record(model_uri: str) -> dict[str, str]:
     """The manifest tags of the model at `model_uri` (what a version registered from it will hold), from a fresh
-    download of its files. Registration calls it right after the model was logged."""
+    download of its files. Registration calls it right after the model was logged, before it registers or decides
+    anything: a store that does not answer, or a full disk, leaves nothing half-done for the rerun."""
     import mlflow
 
-    with tempfile.TemporaryDirectory(prefix="trainflow-manifest-") as tmp:
-        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=model_uri, dst_path=tmp))
-        return tags(local)
+    from trainflow import tracking
+    from trainflow.errors import ServiceError
+    from trainflow.io import disk_full, no_space
+
+    try:
+        with tempfile.TemporaryDirectory(prefix="trainflow-manifest-") as tmp:
+            local = Path(mlflow.artifacts.download_artifacts(artifact_uri=model_uri, dst_path=tmp))
+            return tags(local)
+    except Exception as exc:
+        nothing = "Nothing was decided and no version registered."
+        if no_space(exc):  # where MLflow downloads the files
+            rerun = "Free space there, then rerun `trainflow stage register`."
+            raise disk_full(Path(tempfile.gettempdir()), exc, nothing, rerun) from exc
+        if tracking.unavailable(exc):
+            raise ServiceError(
+                f"register: reading the files of {model_uri} to record their sha256 in the registry: the artifact "
+                f"store did not answer ({type(exc).__name__}: {exc}). {nothing} Rerun `trainflow stage register` once "
+                "it answers."
+            ) from exc
+        raise
 
 
 def recorded(version_tags: Mapping[str, str], what: str) -> dict[str, str] | None:

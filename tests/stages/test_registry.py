@@ -507,12 +507,17 @@ def test_a_rerun_after_the_decision_reports_a_failed_lookup_as_such(
 
 
 def _load_fails(monkeypatch: pytest.MonkeyPatch, exc: Callable[[], Exception]) -> registry.Rescore:
-    """A rescore that loads the champion as register's does (predict.load), while downloading it raises exc()."""
+    """A rescore that loads the champion as register's does (predict.load), while downloading it raises exc(); the
+    new version's files (register records their manifest) download."""
     import mlflow.artifacts
 
     from trainflow import predict
 
-    def download_artifacts(*_: Any, **__: Any) -> Any:
+    real = mlflow.artifacts.download_artifacts
+
+    def download_artifacts(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("artifact_uri") != "models:/m/1":  # the champion, version 1
+            return real(*args, **kwargs)
         raise exc()
 
     def rescore(uri: str) -> dict[str, float]:

@@ -4,14 +4,17 @@ missing. The registered model end to end: tests/stages/test_registry_no_code.py.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import requests
 
 from trainflow import manifest
-from trainflow.errors import UserError
+from trainflow.errors import DiskFullError, ServiceError, UserError
 
 
 def model_folder(root: Path, files: int = 3) -> Path:
@@ -74,3 +77,24 @@ def test_the_check_names_each_file_changed_added_or_missing(tmp_path: Path) -> N
         "added: code/trainflow/serving.py; missing: data/final/file_001.json)"
     )
     assert "Nothing of it was loaded or run" in said
+
+
+@pytest.mark.parametrize(
+    ("failure", "error"),
+    [
+        (lambda: requests.exceptions.ConnectionError("connection refused"), ServiceError),
+        (lambda: OSError(errno.ENOSPC, "No space left on device"), DiskFullError),
+    ],
+)
+def test_a_store_that_fails_while_the_manifest_is_recorded_decides_nothing_and_says_to_rerun(
+    monkeypatch: pytest.MonkeyPatch, failure: Callable[[], Exception], error: type[Exception]
+) -> None:
+    import mlflow.artifacts
+
+    def download_artifacts(*_: object, **__: object) -> str:
+        raise failure()
+
+    monkeypatch.setattr(mlflow.artifacts, "download_artifacts", download_artifacts)
+    said = r"Nothing was decided and no version registered\. .*[Rr]erun `trainflow stage register`"
+    with pytest.raises(error, match=said):
+        manifest.record("runs:/abc/model")
