@@ -15,6 +15,11 @@ run at any moment within seconds, with one line on stderr and a documented exit 
   run of the workspace sets a flow run left Running to Crashed: flows/orphans.py).
 - The same signal again within ECHO_S is the same interruption reaching the process twice (a job script forwarding
   what the scheduler also sent): ignored. Later, a second signal ends the process at once.
+- A signal's exception can be lost: Python runs a handler wherever the main thread is, also inside a weakref callback
+  or a `__del__` that the garbage collector runs, where an exception is "ignored" (printed as a traceback and
+  dropped). A run then went on to its end as if never signalled. Such an exception (Interrupted, or Prefect's
+  TerminationSignal) is caught by the unraisable hook here and delivered again at the main thread's next step, and
+  every stage boundary raises it again (`between_stages`) should code swallow it.
 
 During a flow, Prefect swaps its own SIGTERM handler in (TerminationSignal); once it has recorded the crash it puts
 the handler here back and sends SIGTERM again, which then raises Interrupted.
@@ -23,14 +28,16 @@ the handler here back and sends SIGTERM again, which then raises Interrupted.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
+from typing import Any
 
 from trainflow.errors import PREEMPTED
 
@@ -39,6 +46,7 @@ INTERRUPTED = 130  # 128 + SIGINT: what a shell shows for a program stopped by C
 ECHO_S = 1.0
 DEADLINE_S = 20.0  # from the first signal (or the checkpoint of a preempted training) to the end of the process
 RERUN = "Finished stages are recorded; rerun `trainflow run` to continue"
+AGAIN_S = 0.05  # a dropped stop is delivered again this much later (`_swallowed`)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -60,6 +68,8 @@ class _Stopping:
         self.since = 0.0
         self.timer: threading.Timer | None = None
         self.after_stage: tuple[signal.Signals, str] | None = None
+        self.owed: Interrupted | None = None  # the stop raised, until the run has ended by it
+        self.again = False  # the next call of the handler delivers `owed` again (`_swallowed`)
 
     def begin(self, exit_code: int, why: str) -> None:
         self.exit_code, self.since = exit_code, time.monotonic()
@@ -88,6 +98,7 @@ def handled() -> Iterator[None]:
         return
     run = _run = _Stopping()
     previous = {sig: signal.signal(sig, _on_signal) for sig in SIGNALS}
+    unraisable, sys.unraisablehook = sys.unraisablehook, functools.partial(_swallowed, sys.unraisablehook)
     try:
         yield
     finally:
@@ -98,6 +109,7 @@ def handled() -> Iterator[None]:
         else:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            sys.unraisablehook = unraisable
             _run = None
 
 
@@ -116,13 +128,18 @@ def stop_after_stage(sig: signal.Signals, stage: str) -> None:
 
 
 def between_stages() -> None:
-    """Where the flow has recorded a stage: stop here, exit 75, if a signal came while it finished."""
-    if _run is None or _run.exit_code is not None or _run.after_stage is None:
+    """Where the flow has recorded a stage: stop here if the run is stopping. A signal came while the stage finished
+    anyway (`stop_after_stage`): exit 75. A stop already raised is raised again: code in the stage swallowed it."""
+    run = _run
+    if run is None:
         return
-    sig, stage = _run.after_stage
-    _run.begin(PREEMPTED, sig.name)
-    message = f"preempted: {sig.name} received after {stage}'s last update: {stage} finished and is recorded. {RERUN}"
-    raise Interrupted(sig, PREEMPTED, message)
+    if run.exit_code is None and run.after_stage is not None:
+        sig, stage = run.after_stage
+        run.begin(PREEMPTED, sig.name)
+        said = f"{sig.name} received after {stage}'s last update: {stage} finished and is recorded"
+        run.owed = Interrupted(sig, PREEMPTED, f"preempted: {said}. {RERUN}")
+    if run.owed is not None:
+        raise _copy(run.owed)
 
 
 def _on_signal(signum: int, frame: FrameType | None) -> None:
@@ -130,15 +147,44 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
     if run is None:  # only installed while there is a run
         return
     sig = signal.Signals(signum)
+    if run.again and run.owed is not None:  # the stop raised before was lost: this delivers it
+        run.again = False
+        raise _copy(run.owed)
     if run.exit_code is None:
         if sig == signal.SIGINT:  # a user's Ctrl-C: the shell's code, what was in progress is redone
             exit_code, message = INTERRUPTED, f"interrupted: {RERUN}"
         else:  # a preemption: exit 75 whatever was running, as after a preempted training
             exit_code, message = PREEMPTED, f"preempted: {sig.name} received: the stage in progress is redone. {RERUN}"
         run.begin(exit_code, sig.name)
-        raise Interrupted(sig, exit_code, message)
+        run.owed = Interrupted(sig, exit_code, message)
+        raise _copy(run.owed)
     if time.monotonic() - run.since > ECHO_S:
         end_now(run.exit_code, f"trainflow run: {sig.name} again: stopped at once. {RERUN}")
+
+
+def _copy(owed: Interrupted) -> Interrupted:
+    """A new exception for each raise: one that was swallowed carries that place's traceback."""
+    return Interrupted(owed.signal, owed.exit_code, owed.message)
+
+
+def _swallowed(default: Callable[[Any], None], unraisable: Any) -> None:
+    """sys.unraisablehook during a run: the exception of a stop signal that Python could only drop (raised inside a
+    weakref callback or a `__del__`) is delivered again instead of being printed. Ours is raised again by
+    `_on_signal`; Prefect's TerminationSignal (its SIGTERM handler during a flow) by Prefect's handler, which that
+    signal reaches again. Anything else goes to the hook as before.
+
+    Sent again to the main thread from another, a moment later: the main thread acts on a pending signal at its next
+    step, which would be here, in the hook, where an exception is dropped again; and a real signal (not
+    `_thread.interrupt_main`) also ends a wait the main thread may be in by then."""
+    exc, run = unraisable.exc_value, _run
+    prefects = type(exc).__name__ == "TerminationSignal" and isinstance(getattr(exc, "signal", None), int)
+    if run is None or not (isinstance(exc, Interrupted) or prefects):
+        default(unraisable)
+        return
+    run.again = isinstance(exc, Interrupted)
+    later = threading.Timer(AGAIN_S, signal.pthread_kill, (threading.main_thread().ident, int(exc.signal)))
+    later.daemon = True
+    later.start()
 
 
 def _finish(run: _Stopping) -> None:

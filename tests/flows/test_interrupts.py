@@ -21,17 +21,37 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 # The run: inside `handled()`, it says "ready" and waits for a signal. STUCK makes it catch the Interrupted and hang
-# (what Prefect did, retrying a server that was gone), AFTER_STAGE has the stage note a signal and finish.
+# (what Prefect did, retrying a server that was gone), AFTER_STAGE has the stage note a signal and finish. IN_DEL says
+# "ready" inside a `__del__`, where a raised exception is dropped; PREFECT under Prefect's own SIGTERM handler;
+# SWALLOWED swallows it, then goes on to the next stage.
 RUN = textwrap.dedent(
     """
-    import os, signal, sys, time
+    import contextlib, os, signal, sys, time
     from flows import interrupts
     interrupts.DEADLINE_S = float(os.environ.get("DEADLINE_S", "20"))
+
+    class Dropped:
+        def __del__(self):
+            print("ready", flush=True)
+            time.sleep(2)
+
+    if os.environ.get("PREFECT"):
+        from prefect.utilities.engine import capture_sigterm as prefects
+    else:
+        prefects = contextlib.nullcontext
     with interrupts.handled():
         try:
-            print("ready", flush=True)
+            with prefects():
+                if os.environ.get("IN_DEL"):
+                    Dropped()  # dropped at once: __del__ runs here, in the main thread
+                else:
+                    print("ready", flush=True)
             if os.environ.get("AFTER_STAGE"):
                 interrupts.stop_after_stage(signal.SIGINT, "train")
+                interrupts.between_stages()
+            if os.environ.get("SWALLOWED"):  # a stage's code swallows it; the flow records the stage
+                with contextlib.suppress(BaseException):
+                    time.sleep(60)
                 interrupts.between_stages()
             time.sleep(60)
         except interrupts.Interrupted as exc:
@@ -106,3 +126,20 @@ def test_a_run_stuck_recording_its_end_is_ended_by_the_deadline_with_the_signal_
     assert 2 <= time.monotonic() - signalled < 10
     said = "trainflow run: still recording how the run ended 2 s after SIGINT (is Prefect's server gone?): stopped "
     assert (code, err) == (130, f"{said}without it. {RERUN}")
+
+
+@pytest.mark.parametrize("prefects", [False, True], ids=["ours", "prefect-s-sigterm-handler"])
+def test_a_stop_raised_where_python_drops_exceptions_is_delivered_again(prefects: bool) -> None:
+    """The signal comes while the main thread runs a `__del__` (the garbage collector runs weakref callbacks and
+    `__del__`s wherever it is): the handler's exception there is dropped with an "Exception ignored" traceback, and a
+    run once went on to its end after a SIGTERM. Also under Prefect's SIGTERM handler (TerminationSignal), as in a
+    flow."""
+    proc = start(IN_DEL="1", **({"PREFECT": "1"} if prefects else {}))
+    os.killpg(proc.pid, signal.SIGTERM)
+    assert ended(proc) == (75, f"preempted: SIGTERM received: the stage in progress is redone. {RERUN}")
+
+
+def test_a_stop_that_a_stage_swallowed_is_raised_again_where_the_flow_goes_on_to_the_next_stage() -> None:
+    proc = start(SWALLOWED="1")
+    os.killpg(proc.pid, signal.SIGINT)
+    assert ended(proc) == (130, f"interrupted: {RERUN}")
