@@ -6,13 +6,16 @@ plain (tensors on the CPU, numbers, lists) from rank 0 — what the other ranks 
 from __future__ import annotations
 
 import dataclasses
+import gc
 import hashlib
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from engine_kit import make_trainer, mlp, table, text_data, text_model
 
 from trainflow.engine import distributed
@@ -175,3 +178,69 @@ def run_recording(
     train.batch = recording  # type: ignore[method-assign]
     t.fit(train, val)
     return seen
+
+
+# --- run in processes forked from the test (torch and DDP's imports loaded); each one's exit code is the verdict ---
+
+
+def gradient_sum(rank: int, out: str) -> None:
+    """This rank's backward through DDP on its half of a batch (a Linear layer seeded alike on both); the gradients
+    after DDP's comm hook saved as out/grads-<rank>.pt."""
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", store=dist.FileStore(f"{out}/store", 2), rank=rank, world_size=2)
+    group = distributed.Group(rank=rank, world_size=2)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    ddp = group.wrap(model, CPU)
+    ddp(halves()[rank]).square().sum().backward()
+    torch.save({n: p.grad for n, p in model.named_parameters()}, f"{out}/grads-{rank}.pt")
+    distributed.shutdown(group)
+
+
+def halves() -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.randn(9, 3, generator=torch.Generator().manual_seed(1))
+    return x[:5], x[5:]
+
+
+class Bucket:
+    """What DDP hands its comm hook, as far as `_sum_hook` reads it."""
+
+    def __init__(self, buffer: torch.Tensor) -> None:
+        self._buffer = buffer
+
+    def buffer(self) -> torch.Tensor:
+        return self._buffer
+
+
+def teardown_while_reducing(rank: int, store: str, late: float) -> None:
+    """Rank 0 runs the comm hook on a bucket, shuts the group down and frees the model at once, while rank 1 joins
+    that all-reduce `late` seconds later: when rank 0 frees its group, gloo's worker still has the hook's Python
+    callback to run, and needs the GIL for it."""
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", store=dist.FileStore(store, 2), rank=rank, world_size=2)
+    group = distributed.Group(rank=rank, world_size=2)
+    ddp = group.wrap(torch.nn.Linear(3, 2), CPU)
+    if rank == 1:
+        time.sleep(late)
+    distributed._sum_hook(None, Bucket(torch.ones(4)))
+    distributed.shutdown(group)
+    del ddp
+    gc.collect()  # DDP sits in a reference cycle: the collector frees it, its reducer with it
+
+
+def build_step_teardown(rank: int, store: str, cycles: int) -> None:
+    """`cycles` times: join a group of two, wrap an MLP in DDP, train a step, shut the group down and free the model
+    (with its reducer), as a training run ends."""
+    torch.set_num_threads(1)
+    shared = dist.FileStore(store, 2)
+    for cycle in range(cycles):
+        dist.init_process_group("gloo", store=dist.PrefixStore(f"cycle{cycle}", shared), rank=rank, world_size=2)
+        _step_then_teardown(distributed.Group(rank=rank, world_size=2), seed=cycle)
+        gc.collect()
+
+
+def _step_then_teardown(group: distributed.Group, seed: int) -> None:
+    ddp = group.wrap(mlp(), CPU)
+    batch = table(n=16, seed=seed + group.rank)
+    torch.nn.functional.cross_entropy(ddp(batch.x), batch.y).backward()
+    distributed.shutdown(group)

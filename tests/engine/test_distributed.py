@@ -6,8 +6,14 @@ does is in dist_ranks.py. The single-process side is computed here, in this proc
 
 from __future__ import annotations
 
+import faulthandler
+import gc
+import multiprocessing
 import os
+import signal
+import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -164,27 +170,72 @@ def test_the_ranks_micro_batches_are_those_one_process_cuts_from_the_window(worl
         assert groups[0].micro_batches(n, share, micro_batch) == [len(pieces) for pieces in per_rank], n
 
 
-def test_the_ddp_gradient_hook_sums_each_bucket_asynchronously() -> None:
-    """The comm hook DDP runs on each gradient bucket, here in this process as the only rank of a gloo group: DDP
-    wants a future of the reduced bucket (an all_reduce started asynchronously), and one rank's sum is its gradients."""
+def forked(fn: Callable[..., None], world: int, *args: Any, limit: float = 60) -> list[int | None]:
+    """`fn(rank, *args)` on `world` processes forked from this one, with torch and what DDP imports already loaded (no
+    seconds of start-up per rank); each one's exit code, in rank order. A rank still running after `limit` seconds
+    gets SIGABRT: faulthandler's handler prints its threads' stacks (it needs no GIL) and it exits with -6."""
+    import torch._dynamo  # noqa: F401  # DDP's constructor imports it: seconds, paid here once
     import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
 
-    assert not dist.is_initialized()
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    assert not dist.is_initialized()  # a forked rank must start with no group of this process's
+    fork = multiprocessing.get_context("fork")
+    ranks = [fork.Process(target=_forked_rank, args=(fn, rank, *args)) for rank in range(world)]
+    for rank in ranks:
+        rank.start()
+    deadline = time.monotonic() + limit
+    for rank in ranks:
+        rank.join(max(deadline - time.monotonic(), 0))
+    for rank in ranks:
+        if rank.is_alive() and rank.pid is not None:
+            os.kill(rank.pid, signal.SIGABRT)
+            rank.join(10)
+            if rank.is_alive():
+                rank.kill()
+                rank.join()
+    return [rank.exitcode for rank in ranks]
+
+
+def _forked_rank(fn: Callable[..., None], rank: int, *args: Any) -> None:
+    faulthandler.enable()  # SIGABRT prints the stacks (never dump_traceback_later here: see tests/timeout_backstop.py)
+    gc.freeze()  # the collector skips what this process inherited: a collection costs this rank's objects only
+    fn(rank, *args)
+
+
+def test_the_ddp_gradient_hook_sums_each_bucket_asynchronously(tmp_path: Path) -> None:
+    """Two ranks, each a backward through DDP on its half of a batch: after the comm hook, each holds the sum of the
+    two halves' gradients (computed here, one half at a time), to the last bit; DDP's default would average them."""
+    assert forked(dist_ranks.gradient_sum, 2, str(tmp_path)) == [0, 0]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the ranks ran: the same kernels
     try:
-        torch.manual_seed(0)
-        model, alone = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
-        alone.load_state_dict(model.state_dict())
-        ddp = DistributedDataParallel(model)
-        ddp.register_comm_hook(None, distributed._sum_hook)
-        x = torch.randn(5, 3)
-        ddp(x).square().sum().backward()
-        alone(x).square().sum().backward()
+        want: dict[str, torch.Tensor] = {}
+        for half in dist_ranks.halves():
+            torch.manual_seed(0)
+            alone = torch.nn.Linear(3, 2)
+            alone(half).square().sum().backward()
+            for name, p in alone.named_parameters():
+                assert p.grad is not None
+                want[name] = want[name] + p.grad if name in want else p.grad
     finally:
-        dist.destroy_process_group()
-    assert model.weight.grad is not None and alone.weight.grad is not None
-    assert torch.equal(model.weight.grad, alone.weight.grad) and torch.equal(model.bias.grad, alone.bias.grad)
+        torch.set_num_threads(threads)
+    for rank in range(2):
+        got = torch.load(tmp_path / f"grads-{rank}.pt")
+        assert sorted(got) == sorted(want)
+        assert all(torch.equal(got[name], want[name]) for name in want), rank
+
+
+def test_a_group_shut_down_while_gloo_still_reduces_ends(tmp_path: Path) -> None:
+    """Rank 0 frees its group (and the DDP model) while gloo's worker has yet to finish the comm hook's all-reduce (the
+    peer joins 0.5 s late) and then run its Python callback: the process ends, it does not hang at teardown."""
+    assert forked(dist_ranks.teardown_while_reducing, 2, str(tmp_path / "store"), 0.5, limit=30) == [0, 0]
+
+
+@pytest.mark.parametrize("pair", [0, 1])
+def test_twenty_ddp_trainings_in_a_row_each_end(tmp_path: Path, pair: int) -> None:
+    """Two ranks, twenty times over: join a group, wrap a model in DDP, train a step, shut the group down and free the
+    model, as a training run ends. Each teardown right after a backward, when gloo's workers may still need the GIL
+    to drop the last all-reduce, which holds that backward's Python context."""
+    assert forked(dist_ranks.build_step_teardown, 2, str(tmp_path / "store"), 20, limit=30) == [0, 0]
 
 
 def test_sync_batchnorm_needs_cuda_and_keeps_batchnorms_state(tmp_path: Path) -> None:

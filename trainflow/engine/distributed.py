@@ -32,6 +32,7 @@ import math
 import os
 import socket
 import sys
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -121,6 +122,7 @@ class Group:
 
         ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
         ddp.register_comm_hook(None, _sum_hook)
+        _DDPS.add(ddp)  # `shutdown` takes its reducer
         return ddp
 
     def gradient_sync(self, wrapped: nn.Module, enabled: bool) -> contextlib.AbstractContextManager[object]:
@@ -297,6 +299,9 @@ def _buffers(norm: _BatchNorm) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
     return norm.running_mean, norm.running_var, norm.num_batches_tracked
 
 
+# Every DDP `Group.wrap` made in this process and not yet shut down, while anything else holds it.
+_DDPS: weakref.WeakSet[nn.Module] = weakref.WeakSet()
+
 _NO_CHANGE = contextlib.nullcontext()  # reusable: the one-process step pays nothing for the distributed case
 
 
@@ -367,9 +372,20 @@ def init(world_size: int, strategy: str, backend: str, device: torch.device) -> 
 
 
 def shutdown(group: Group) -> None:
+    """Leave the process group, after every DDP still alive has dropped its reducer.
+
+    Freeing a gloo group joins its worker threads, which may need the GIL to finish what they hold: the comm hook's
+    Python callback (run and dropped by the thread that completes the all-reduce), and any collective started in a
+    backward (its saved thread state holds that backward's Python context). The group's Python handles release the
+    GIL while they join; DDP's reducer, a C++ object freed with the GIL held, does not. Were its reference the last
+    (a model freed after this), the process would hang at teardown. Freed here, while the group is still registered,
+    the reducer never frees the group: the last Python handle does."""
     if group.distributed:
         import torch.distributed as dist
 
+        for ddp in list(_DDPS):
+            del ddp.reducer, ddp.logger  # the reducer's two holders: the logger keeps a reference to it
+        _DDPS.clear()
         if dist.is_initialized():
             dist.destroy_process_group()
 
