@@ -11,7 +11,8 @@ if [ "${1:-}" = "--slow" ]; then
   # The slow tier also tests tune.backend: ray, an optional extra (a ~80 MB wheel README line 2 does not need).
   python -c "import ray.tune" 2>/dev/null || python -m pip install --disable-pip-version-check -q -e ".[ray]" \
     -c <(echo "torch==$(python -W ignore -c "import torch; print(torch.__version__.split('+')[0])")")
-  exec python -m pytest -q -m slow "$@"
+  # The slow tier's longest tests (a cron's minutes, fresh clones, chains of `dvc repro`) get twice the default limit.
+  exec python -m pytest -q -m slow --timeout 1200 "$@"
 fi
 ruff check .
 ruff format --check .

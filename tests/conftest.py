@@ -23,6 +23,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+pytest_plugins = ["timeout_backstop"]  # pytest-timeout's limit, also for a test hung holding the GIL
+
 # bench/mutation.sh sets HYPOTHESIS_PROFILE=mutation: the same examples every run, so a mutant's verdict does not
 # depend on which random examples were drawn.
 from hypothesis import settings as _hypothesis  # noqa: E402
