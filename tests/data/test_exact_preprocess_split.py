@@ -546,10 +546,16 @@ def test_column_errors_name_the_parameter_and_the_columns_there_are() -> None:
     assert str(exc.value) == "split.key is an empty list: name the id column(s) to hash, or set it to null to hash rows"
     with pytest.raises(DataError) as exc:
         sp.assign(frame, s, SplitParams(group_by="user", seed=0))
-    assert str(exc.value) == "split.group_by: column 'user' is not in the processed table; available columns: id, x, y"
+    assert str(exc.value) == (
+        "split.group_by: column 'user' is not in the processed table (for this data: -S 'split.group_by=null'); "
+        "available columns: id, x, y"
+    )
     with pytest.raises(DataError) as exc:
         sp.assign(frame, s, SplitParams(time_column="ts", key=["id"], seed=0))
-    assert str(exc.value) == "split.time_column: column 'ts' is not in the processed table; available columns: id, x, y"
+    assert str(exc.value) == (
+        "split.time_column: column 'ts' is not in the processed table (for this data: -S 'split.time_column=null'); "
+        "available columns: id, x, y"
+    )
     with pytest.raises(DataError) as exc:
         sp.assign(frame.drop(columns=["y"]), s, SplitParams(key=["id"], seed=0))
     assert str(exc.value) == (

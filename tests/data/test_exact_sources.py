@@ -1029,7 +1029,10 @@ def test_read_images_errors(tmp_path: Path) -> None:
     with pytest.raises(DataError) as info:
         sources.read_images(raw, "nope")
     listed = ", ".join(f"'c{i}'" for i in range(30))
-    assert str(info.value) == f"data.image_column 'nope' is not a column of src; the columns are: {listed}"
+    assert str(info.value) == (
+        f"data.image_column 'nope' is not a column of src (for this data: -S data.image_column=null); the columns are: "
+        f"{listed}"
+    )
     both = RawTable(pd.DataFrame({"f": ["x"], "f_path": ["y"]}), "src", [], [1], "builtin", tmp_path)
     with pytest.raises(DataError) as info:
         sources.read_images(both, "f")

@@ -178,10 +178,11 @@ def test_a_table_without_rows_is_refused() -> None:
 def test_an_unknown_target_lists_the_columns_or_names_the_delimiter() -> None:
     assert fails({"x": [1.0], "label": ["a"]}) == (
         f"data.source: {SRC}: data.target 'y' is not a column; the columns are: 'x', 'label'. "
-        "Set data.target to one of them"
+        "Set data.target to one of them (-S data.target=<column>)"
     )
     assert fails({"abc": [1]}) == (
-        f"data.source: {SRC}: data.target 'y' is not a column; the columns are: 'abc'. Set data.target to one of them"
+        f"data.source: {SRC}: data.target 'y' is not a column; the columns are: 'abc'. Set data.target to one of them "
+        "(-S data.target=<column>)"
     )
     assert fails({"a;b;y": ["1;2;3"]}, table={"delimiter": ","}) == (
         f"data.source: {SRC}: data.target 'y' is not a column; the whole header 'a;b;y' was read as one column "
@@ -196,7 +197,7 @@ def test_an_unknown_target_lists_the_columns_or_names_the_delimiter() -> None:
     # two columns: not a header read as one, whatever it holds
     assert fails({"a;b": [1], "c;d": [2]}) == (
         f"data.source: {SRC}: data.target 'y' is not a column; the columns are: 'a;b', 'c;d'. "
-        "Set data.target to one of them"
+        "Set data.target to one of them (-S data.target=<column>)"
     )
 
 
@@ -223,7 +224,8 @@ def test_unknown_feature_exclude_and_text_columns_are_listed_together() -> None:
     assert fails(frame, features=["x", "nope", "zz"], exclude=["gone", "yes"], text_column="body") == (
         f"data.source: {SRC}: data.features names columns that do not exist: 'nope', 'zz' (for this data: -S "
         "'data.features=[x]'); data.exclude names columns that do not exist: 'gone' (for this data: -S "
-        "'data.exclude=[\"yes\"]'); data.text_column 'body' is not a column; the columns are: 'x', 'yes', 'y'"
+        "'data.exclude=[\"yes\"]'); data.text_column 'body' is not a column (for this data: -S data.text_column=null); "
+        "the columns are: 'x', 'yes', 'y'"
     )
     assert fails(frame, features=["nope"], exclude=["gone"]) == (
         f"data.source: {SRC}: data.features names columns that do not exist: 'nope' (for this data: -S "
@@ -231,7 +233,8 @@ def test_unknown_feature_exclude_and_text_columns_are_listed_together() -> None:
         "'data.exclude=[]'); the columns are: 'x', 'yes', 'y'"
     )
     assert fails(frame, text_column="body") == (
-        f"data.source: {SRC}: data.text_column 'body' is not a column; the columns are: 'x', 'yes', 'y'"
+        f"data.source: {SRC}: data.text_column 'body' is not a column (for this data: -S data.text_column=null); the "
+        "columns are: 'x', 'yes', 'y'"
     )
 
 

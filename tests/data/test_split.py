@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,7 @@ from pandas.util import hash_pandas_object
 from trainflow.data.schema import Schema
 from trainflow.data.split import Assignment, assign, split_frame
 from trainflow.errors import DataError
-from trainflow.params import SplitParams
+from trainflow.params import SplitParams, parse_override
 from trainflow.paths import SPLITS
 
 LABELS = ["a", "b", "c", "d"]
@@ -362,9 +363,17 @@ def test_time_column_with_missing_timestamps_says_how_many() -> None:
     [({"key": ["id", "nope"]}, "nope"), ({"group_by": "user"}, "user"), ({"time_column": "ts"}, "ts")],
 )
 def test_unknown_columns_are_named_with_the_available_ones(params: dict[str, object], column: str) -> None:
+    """An earlier data set's -S (kept in params.yaml) meets a table without its column: the message names the -S
+    that resets it, and following it splits the table."""
     frame = random_frame(100)
-    with pytest.raises(DataError, match=rf"column '{column}' is not in the processed table; available columns: id, x"):
+    with pytest.raises(DataError, match=rf"column '{column}' is not in the processed table \(for this data: -S ") as e:
         assign(frame, schema_for(frame), SplitParams(**params, seed=0))  # type: ignore[arg-type]
+    assert str(e.value).endswith("available columns: id, x, s, y")
+    override = re.search(r"-S '([^']+)'", str(e.value))
+    assert override is not None
+    keys, value = parse_override(override.group(1))
+    followed = SplitParams(**{**params, keys[-1]: value, "seed": 0})  # type: ignore[arg-type]
+    assert len(assign(frame, schema_for(frame), followed).split) == len(frame)
 
 
 def test_an_empty_split_is_named() -> None:

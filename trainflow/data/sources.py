@@ -1297,8 +1297,8 @@ def read_images(raw: RawTable, column: str) -> None:
     frame = raw.frame
     if column not in frame.columns:
         raise DataError(
-            f"data.image_column {column!r} is not a column of {raw.source}; the columns are: "
-            f"{', '.join(repr(str(c)) for c in frame.columns[:30])}"
+            f"data.image_column {column!r} is not a column of {raw.source} (for this data: -S data.image_column=null)"
+            f"; the columns are: {', '.join(repr(str(c)) for c in frame.columns[:30])}"
         )
     if column + PATH_SUFFIX in frame.columns:
         raise DataError(

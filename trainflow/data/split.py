@@ -748,8 +748,12 @@ def _check_columns(frame: pd.DataFrame, p: SplitParams) -> None:
     named += [(f"split.{name}", c) for name, c in (("group_by", p.group_by), ("time_column", p.time_column)) if c]
     for param, column in named:
         if column not in frame.columns:
+            # Often an earlier data set's -S, kept in params.yaml: say how to reset it for this one.
+            kept = [c for c in p.key or [] if c in frame.columns] if param == "split.key" else []
+            reset = f"[{', '.join(kept)}]" if kept else "null"
             raise DataError(
-                f"{param}: column {column!r} is not in the processed table; available columns: {_available(frame)}"
+                f"{param}: column {column!r} is not in the processed table (for this data: -S '{param}={reset}'); "
+                f"available columns: {_available(frame)}"
             )
 
 

@@ -370,7 +370,10 @@ def _check_columns(table: Table, d: DataParams) -> dict[str, Any]:
     if d.target not in columns:
         if len(columns) == 1 and (hint := _delimiter_hint(next(iter(columns)), getattr(table, "delimiter", None))):
             raise DataError(f"{src}: data.target {d.target!r} is not a column; {hint}")
-        raise DataError(f"{src}: data.target {d.target!r} is not a column; {available}. Set data.target to one of them")
+        raise DataError(
+            f"{src}: data.target {d.target!r} is not a column; {available}. Set data.target to one of them "
+            "(-S data.target=<column>)"
+        )
     problems = []
     for key, names in (("data.features", d.features or []), ("data.exclude", d.exclude)):
         unknown = [c for c in names if c not in columns]
@@ -382,7 +385,7 @@ def _check_columns(table: Table, d: DataParams) -> dict[str, Any]:
                 f"{key} names columns that do not exist: {_names(unknown)} (for this data: -S '{key}={value}')"
             )
     if d.text_column is not None and d.text_column not in columns:
-        problems.append(f"data.text_column {d.text_column!r} is not a column")
+        problems.append(f"data.text_column {d.text_column!r} is not a column (for this data: -S data.text_column=null)")
     if problems:
         raise DataError(f"{src}: {'; '.join(problems)}; {available}")
     if d.features is not None:
