@@ -13,8 +13,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from trainflow.io import sha256_json
 
 # Tracked files that are not code: what a run itself rewrites, and what is recorded apart from the commit. params.yaml
@@ -71,21 +69,6 @@ def code_changes(root: Path, model_code: str) -> list[str] | None:
 def _inside(root: Path, rel: str) -> bool:
     """Whether `rel` (relative to root, or absolute) names something inside root: git answers only about those."""
     return (root / rel).resolve().is_relative_to(root.resolve())
-
-
-def dvc_out_hash(root: Path, stage: str, out: str) -> str:
-    """The md5 DVC recorded in dvc.lock for output `out` of `stage` ("unknown" if not recorded yet): what `dvc repro`
-    or `dvc commit` last stored, which is not what `trainflow stage` runs wrote since (dvc_dir_hash is)."""
-    lock = root / "dvc.lock"
-    if not lock.is_file():
-        return "unknown"
-    data = yaml.safe_load(lock.read_text())
-    stages = data.get("stages") if isinstance(data, dict) else None  # a lock being written, or hand-edited
-    entry = stages.get(stage) if isinstance(stages, dict) else None
-    for output in (entry.get("outs") if isinstance(entry, dict) else None) or []:
-        if isinstance(output, dict) and output.get("path") == out:
-            return str(output.get("md5", "unknown"))
-    return "unknown"
 
 
 def file_md5(path: Path) -> str:

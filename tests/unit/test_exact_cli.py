@@ -1180,27 +1180,6 @@ def test_a_reference_without_a_version_says_how_to_name_one(model: str) -> None:
     assert str(err.value) == f"verify {model}: name a version, as NAME@champion, NAME@challenger or NAME/3"
 
 
-@pytest.mark.parametrize(
-    ("lock", "md5"),
-    [
-        (None, "unknown"),
-        ("[1]\n", "unknown"),
-        ("stages: [1]\n", "unknown"),
-        ("stages:\n  split: [1]\n", "unknown"),
-        ("stages:\n  split:\n    outs: [1, {path: data/splits}]\n", "unknown"),
-        ("stages:\n  split:\n    outs: [{path: data/splits, md5: abc.dir}]\n", "abc.dir"),
-        ("stages:\n  split:\n    outs: [{path: other, md5: x}, {path: data/splits, md5: y}]\n", "y"),
-        ("stages:\n  ingest:\n    outs: [{path: data/splits, md5: x}]\n", "unknown"),
-    ],
-)
-def test_the_data_hash_is_dvc_lock_s_md5_of_that_stage_s_output(lock: str | None, md5: str, tmp_path: Path) -> None:
-    from trainflow.lineage import dvc_out_hash
-
-    if lock is not None:
-        (tmp_path / "dvc.lock").write_text(lock)
-    assert dvc_out_hash(tmp_path, "split", "data/splits") == md5
-
-
 def test_the_commit_is_dirty_when_a_tracked_file_other_than_dvc_lock_differs(tmp_path: Path) -> None:
     import subprocess
 

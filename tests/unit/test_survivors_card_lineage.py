@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from trainflow import card, lineage, why
+from trainflow import card, why
 from trainflow.gate import Scored
 from trainflow.paths import Paths
 
@@ -23,27 +23,6 @@ def test_a_param_new_since_the_champion_reads_unset_before_and_a_removed_one_uns
     then = {"seed": "0", "train.lr": "0.1"}
     now = {"seed": "0", "train.epochs": "5"}
     assert why._param_changes(then, now) == ["train.epochs: (unset) -> 5", "train.lr: 0.1 -> (unset)"]
-
-
-# --- lineage: DVC's hash of the data ----------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "lock",
-    ["schema: '2.0'\n", "", "stages:\n", "stages:\n  split:\n", "stages:\n  split:\n    outs:\n", "- a list\n"],
-    ids=["no-stages-key", "empty-file", "null-stages", "null-stage", "null-outs", "not-a-mapping"],
-)
-def test_a_dvc_lock_without_stages_gives_an_unknown_data_hash(tmp_path: Path, lock: str) -> None:
-    (tmp_path / "dvc.lock").write_text(lock)
-    assert lineage.dvc_out_hash(tmp_path, "split", "data/splits") == "unknown"
-
-
-def test_a_dvc_lock_with_the_split_stage_gives_its_recorded_md5(tmp_path: Path) -> None:
-    (tmp_path / "dvc.lock").write_text(
-        "schema: '2.0'\nstages:\n  split:\n    cmd: trainflow stage split\n    outs:\n"
-        "    - path: data/splits\n      md5: 0123abcd.dir\n"
-    )
-    assert lineage.dvc_out_hash(tmp_path, "split", "data/splits") == "0123abcd.dir"
 
 
 # --- card: bootstrap intervals ----------------------------------------------------------------------------------------
