@@ -2,25 +2,57 @@
 
 Two point estimates on a few hundred test rows differ by a prediction or two on noise alone, so "the challenger's
 accuracy is higher" flips the champion back and forth. Both models are scored on the same rows, so the paired
-question has an answer: resample the rows (the same resample for both models), recompute the gate metric of each,
-and look at the distribution of the difference. `register.decide: paired` (the default) promotes only when the lower
-confidence bound of the improvement exceeds `register.min_improvement`; `register.promote_if: not_worse` promotes
-unless the upper bound is below -min_improvement (the challenger is worse, with that confidence).
+question has an answer: if neither model were better, which of the two made a row's output would not matter, and
+the observed improvement would be one draw from the improvements of every way to swap the two models' outputs row by
+row. `register.decide: paired` (the default) promotes only when that test rejects "the challenger is no better by
+more than `register.min_improvement`" at level 1 - confidence; `register.promote_if: not_worse` promotes unless it
+rejects "the challenger is no worse by more than min_improvement" (the challenger is worse, with that confidence).
 
-The bootstrap is seeded (the pipeline's `seed`), so a rerun makes the same decision. For accuracy, McNemar's exact
-test on the rows where exactly one of the two is right must agree too (one-sided, at 1 - confidence): the percentile
-bootstrap alone is too eager when only a few rows differ. Measured (bench/gate.py): a challenger right on 3 more
-rows of 269 and wrong on none has a bootstrap lower bound of +0.0037, because 95% of resamples hold one of the 3,
-while the chance of 3 of 3 such rows going one way with no difference at all is 1/8. The metric of each resample is
-computed from per-row values where the metric allows it (accuracy, log_loss, mae, rmse, r2: vectorised), else by
-evaluate's own function per resample (f1_macro, roc_auc, pr_auc, ece: slower, linear in the test rows).
+The test, by metric:
+- Means over rows (accuracy, log_loss, mae) and the metrics built from one (rmse and r2 from the squared errors): a
+  paired sign-flip permutation test of the per-row differences d (the champion's loss minus the challenger's, so
+  positive is better). Swapping the two models' outputs on a row flips the sign of its d, so under the null the
+  d are symmetric about 0, and the test is exact at any number of rows: every one of the 2^n sign patterns when n is
+  at most EXACT_ROWS, else RESAMPLES random ones drawn from `seed` (a Monte-Carlo p-value counts the observed
+  pattern, so it is valid for any number of draws; the seed makes a rerun decide the same). A margin m is tested by
+  shifting: d - m. r2's improvement is (SSE_champion - SSE_challenger) / SST with SST the test labels' own, the same
+  for both, so its d is n * (champion's - challenger's squared error) / SST. rmse is monotone in the mean squared
+  error: with the champion's rmse r0 taken as given, "better by more than m" is "the mean squared error lower by
+  more than 2 m r0 - m^2". With 0/1 differences the sign-flip test at margin 0 is McNemar's exact test on the rows
+  only one of the two gets right; accuracy keeps McNemar's record (`mcnemar`) and requires it too.
+- The other metrics (f1_macro, roc_auc, pr_auc, ece) are not means over rows: the randomisation test swaps the two
+  models' whole outputs on a random half of the rows, PERMUTATIONS times (exactly, every pattern, up to
+  EXACT_ROWS rows), and recomputes both metrics on each (vectorised over the patterns). A margin m is compared with
+  the swap distribution centred on the observed difference (a shift of location, exact at m = 0).
+
+`low` and `high` are the inverted tests: `low` is the smallest margin the one-sided "better" test does not reject
+(so promote iff low > min_improvement, the test and the bound are the same decision), `high` the largest the "worse"
+test does not reject. For the means they are order statistics of the means of d over the flipped rows of each
+pattern; -inf/+inf when the rows cannot reject anything at that level (2^n patterns too few).
+
+A decision needs MIN_ROWS test rows. The test holds its level on exchangeable models at any number of rows, but at
+95% one-sided it cannot reject at all with fewer than 5 rows that differ (2^-4 > 5%), and on a dozen or two it
+rejects only when the challenger wins on nearly every row: a decision there would keep the champion anyway, for a
+reason the user should see. Small test sets are also where a null that is not exchangeable misleads most: two
+models equally good in expectation whose errors differ in shape (one many small errors, the other a few large ones)
+make skewed differences, and no test of a mean (this one, a t-test, a bootstrap) holds its level on a few dozen of
+those (bench/gate.py's last table): a limit of the test split's size, which only more rows lift. Below MIN_ROWS, and
+when the rows hold no evidence at all (r2 of test labels that are all equal, a metric that is undefined on these
+labels, outputs that are not finite), the champion stays under either `promote_if` ("not shown worse" on rows that
+cannot show anything would promote every challenger) and the decision says why and how to promote by hand.
+Degenerate patterns are never dropped: a pattern whose metric is not finite counts against the decision in both
+directions.
+
+bench/gate.py measures the level: the promote rate on exchangeable (null) pairs for every gate metric, at 10 to 269
+rows, beside the power on a real improvement.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -28,9 +60,14 @@ import numpy as np
 if TYPE_CHECKING:
     from trainflow.data.split import Held
 
-RESAMPLES = 2000  # bootstrap resamples: the 5% quantile's own noise is about 0.5 percentage points of its level
-CHUNK_CELLS = 4 << 20  # resampled row indices held at once (int64: 32 MiB)
-MINIMIZE = {"log_loss", "ece", "rmse", "mae"}  # lower is better
+MIN_ROWS = 20  # test rows below which the gate does not decide (see the module docstring)
+EXACT_ROWS = 16  # up to this many rows every sign/swap pattern is enumerated (2^16 = 65536 patterns)
+RESAMPLES = 9999  # Monte-Carlo sign flips (means over rows): one pass of n multiply-adds each
+PERMUTATIONS = 1999  # Monte-Carlo swaps (other metrics): each recomputes two metrics over all the test rows
+TIE = 1e-12  # swapped metrics (all in [0, 1]) closer than this to the observed one tie with it
+CHUNK_CELLS = 4 << 20  # pattern cells (rows x patterns; x classes for swaps) held at once
+MINIMIZE = frozenset({"log_loss", "ece", "rmse", "mae"})  # gate metrics where lower is better; the others higher
+MEANS = ("accuracy", "log_loss", "mae", "rmse", "r2")  # the sign-flip test; every other metric is swapped whole
 
 
 @dataclass
@@ -51,15 +88,18 @@ class Comparison:
     challenger: float
     champion: float
     improvement: float
-    low: float  # the one-sided lower confidence bound of the improvement
+    low: float  # the one-sided lower confidence bound of the improvement: the test inverted (module docstring)
     high: float  # the one-sided upper confidence bound
     confidence: float
     rows: int
-    resamples: int
+    resamples: int  # sign or swap patterns the test counted (2^rows when enumerated)
     seed: int
     test: str
     mcnemar: dict[str, Any] | None = None  # accuracy: rows only one of the two gets right, and the exact p-value
     slices: list[dict[str, Any]] = field(default_factory=list)  # the two on parts of the rows (`sliced`)
+    p_better: float | None = None  # one-sided p-value of "the challenger is no better at all" (margin 0)
+    p_worse: float | None = None  # one-sided p-value of "the challenger is no worse at all"
+    no_evidence: str | None = None  # why these rows cannot decide either way (then no decision is made)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -71,6 +111,10 @@ class Comparison:
             "gate.bounds": f"[{self.low!r}, {self.high!r}] at {self.confidence:g} one-sided",
             "gate.test": self.test,
         }
+        if self.p_better is not None and self.p_worse is not None:
+            out["gate.p"] = f"no better: {self.p_better:.4g}; no worse: {self.p_worse:.4g} (one-sided, margin 0)"
+        if self.no_evidence is not None:
+            out["gate.no_evidence"] = self.no_evidence
         if self.mcnemar is not None:
             m = self.mcnemar
             out["gate.mcnemar"] = (
@@ -120,7 +164,7 @@ def per_row(metric: str, scored: Scored) -> np.ndarray | None:
 
 
 def resampled(metric: str, scored: Scored, idx: np.ndarray) -> np.ndarray:
-    """The metric on each resample: idx [resamples, n] of row indices."""
+    """The metric on each resample: idx [resamples, n] of row indices (the card's bootstrap intervals)."""
     values = per_row(metric, scored)
     if values is not None:
         mean = values[idx].mean(axis=1)
@@ -169,24 +213,254 @@ def mcnemar(challenger: Scored, champion: Scored) -> dict[str, Any]:
     }
 
 
+# --- the metrics that are not means over rows, on many patterns at once -------------------------------------------
+# The value of each pattern equals trainflow.stages.evaluate's on that pattern's rows (tests/unit/test_paired_gate.py
+# checks it against evaluate's functions).
+
+
+def batched(metric: str, labels: np.ndarray, proba: np.ndarray) -> np.ndarray:
+    """f1_macro or ece of each pattern (as evaluate computes them)."""
+    if metric == "f1_macro":
+        return _f1_macro(np.broadcast_to(labels, proba.shape[:2]), proba)
+    if metric == "ece":
+        return _ece(np.broadcast_to(labels, proba.shape[:2]), proba)
+    raise ValueError(f"no per-pattern {metric!r} here: roc_auc and pr_auc are computed for swaps by _ranked_swaps")
+
+
+def _f1_macro(labels: np.ndarray, proba: np.ndarray) -> np.ndarray:
+    """Macro F1 over the classes that occur in the labels or the predictions (sklearn's, zero_division=0): per class
+    2 TP / (predicted + actual)."""
+    predicted = proba.argmax(axis=2)
+    total, present = np.zeros(len(labels)), np.zeros(len(labels))
+    for c in range(proba.shape[2]):
+        said, truth = predicted == c, labels == c
+        both = np.sum(said & truth, axis=1)
+        denominator = np.sum(said, axis=1) + np.sum(truth, axis=1)
+        total += np.where(denominator > 0, 2 * both / np.maximum(denominator, 1), 0.0)
+        present += denominator > 0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return total / present
+
+
+def _ece(labels: np.ndarray, proba: np.ndarray) -> np.ndarray:
+    """evaluate.expected_calibration_error per pattern: one bincount over (pattern, bin)."""
+    from trainflow.stages.evaluate import ECE_BINS
+
+    confidence = proba.max(axis=2).astype(np.float64)
+    correct = (proba.argmax(axis=2) == labels).astype(np.float64)
+    edges = np.arange(ECE_BINS + 1) / ECE_BINS
+    which = np.clip(np.searchsorted(edges, confidence, side="left") - 1, 0, ECE_BINS - 1)
+    p, n = confidence.shape
+    cell = (np.arange(p)[:, None] * ECE_BINS + which).ravel()
+    gaps = np.bincount(cell, weights=(correct - confidence).ravel(), minlength=p * ECE_BINS).reshape(p, ECE_BINS)
+    return np.abs(gaps).sum(axis=1) / max(n, 1)
+
+
+def _ranked_swaps(
+    metric: str, labels: np.ndarray, new: np.ndarray, old: np.ndarray, flips: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """roc_auc or pr_auc of both sides of each swap pattern (flips [p, n]), as evaluate.ranked_metrics: binary, of
+    class 1; multiclass, the mean over the classes that can be scored. Row i's score on a side is one of its two
+    models' scores, so the 2n scores are sorted once and a pattern only picks one of each row's two places in that
+    order: ranks and precisions come from cumulative counts of the picked entries, linear in the rows per pattern."""
+    k = new.shape[1]
+    n = len(labels)
+    rows = np.concatenate([np.arange(n), np.arange(n)])
+    champion_side = np.concatenate([np.zeros(n, dtype=bool), np.ones(n, dtype=bool)])  # which model's score
+    sums = [np.zeros(len(flips)), np.zeros(len(flips))]
+    scored = 0
+    for c in [1] if k == 2 else range(k):
+        hit = labels == c
+        positives = int(hit.sum())
+        if positives == 0 or (metric == "roc_auc" and positives == n):
+            continue  # evaluate skips a class it cannot score
+        scored += 1
+        values = np.concatenate([new[:, c], old[:, c]]).astype(np.float64)
+        order = np.argsort(values if metric == "roc_auc" else -values, kind="stable")
+        v, r, side = values[order], rows[order], champion_side[order]
+        starts = np.concatenate([[True], v[1:] != v[:-1]])  # tie groups are runs of equal scores
+        first = np.maximum.accumulate(np.where(starts, np.arange(2 * n), 0))
+        last = np.concatenate([np.flatnonzero(starts)[1:] - 1, [2 * n - 1]])[np.cumsum(starts) - 1]
+        positive = hit[r][:, None]
+        # [2n, p]: the cumulative counts run down the sorted entries, every pattern at once (contiguous rows)
+        chosen = flips.T[r]
+        for s, picked in enumerate((side[:, None] == chosen, side[:, None] != chosen)):  # the challenger's slot
+            count = np.cumsum(picked, axis=0, dtype=np.int32)
+            if metric == "roc_auc":  # Mann-Whitney: the average rank of each picked positive among the picked
+                before = np.where((first > 0)[:, None], count[first - 1], 0)
+                rank = before + (count[last] - before + 1) / 2
+                u = np.sum(np.where(picked & positive, rank, 0.0), axis=0) - positives * (positives + 1) / 2
+                sums[s] += u / (positives * (n - positives))
+            else:  # average precision: each picked positive weighs the precision at the end of its tie group
+                true_positives = np.cumsum(picked & positive, axis=0, dtype=np.int32)
+                with np.errstate(invalid="ignore", divide="ignore"):  # 0 / 0 where nothing is picked yet
+                    precision = true_positives[last] / count[last]
+                sums[s] += np.sum(np.where(picked & positive, precision, 0.0), axis=0) / positives
+    if scored == 0:
+        return np.full(len(flips), np.nan), np.full(len(flips), np.nan)
+    return sums[0] / scored, sums[1] / scored
+
+
+# --- the paired tests ----------------------------------------------------------------------------------------------
+
+
+def differences(metric: str, challenger: Scored, champion: Scored) -> tuple[np.ndarray, str | None]:
+    """(d, why not) for a metric that is a mean over rows or built from one: the per-row improvement, positive where
+    the challenger is better, in the units the sign-flip test shifts by (the metric's own; rmse: squared error), and
+    why the rows hold no evidence (None when they do)."""
+    new, old = per_row(metric, challenger), per_row(metric, champion)
+    assert new is not None and old is not None
+    d = new - old if metric == "accuracy" else old - new
+    if metric == "r2":
+        y = challenger.labels.astype(np.float64)
+        total = float(np.sum((y - y.mean()) ** 2))
+        if not total > 0:
+            return d, f"all {len(y)} test labels are equal, so r2 is undefined on them (its total sum of squares is 0)"
+        d = d * (len(y) / total)
+    bad = int(np.sum(~np.isfinite(d)))
+    if bad:
+        return d, f"{bad} of the {len(d)} test rows have a non-finite {metric} for one of the two models"
+    return d, None
+
+
+def patterns(n: int, count: int, seed: int) -> Iterator[np.ndarray]:
+    """Chunks of patterns [p, n] (True: that row's outputs swapped between the two models): every one of the 2^n
+    when n <= EXACT_ROWS, else `count` drawn from `seed`, 64 rows a raw 64-bit draw, so the patterns do not depend on
+    the chunk size. The first pattern of the enumeration is the identity."""
+    per_chunk = max(1, CHUNK_CELLS // max(n, 1))
+    if n <= EXACT_ROWS:
+        codes = np.arange(2**n, dtype=np.int64)
+        for start in range(0, len(codes), per_chunk):
+            yield (codes[start : start + per_chunk, None] >> np.arange(n)) & 1 == 1
+        return
+    words = -(-n // 64)
+    generator = np.random.default_rng(seed).bit_generator
+    for start in range(0, count, per_chunk):
+        raw = generator.random_raw((min(per_chunk, count - start), words)).astype("<u8")
+        yield np.unpackbits(raw.view(np.uint8), axis=1, bitorder="little")[:, :n] == 1
+
+
+def _kth(alpha: Fraction, total: int) -> int:
+    """How many patterns at least as extreme as the observed one a rejection allows: p = that count / total must be
+    below alpha, so the count is at most ceil(alpha * total) - 1."""
+    return -(-alpha.numerator * total // alpha.denominator) - 1
+
+
+def sign_flip(d: np.ndarray, confidence: float, seed: int, count: int) -> tuple[float, float, float, float, int]:
+    """(low, high, p_better, p_worse, patterns) of the sign-flip test of the mean of d. Flipping the rows S shifts
+    mean(d - m) by -2 |S| (mean of d over S - m) / n, so a pattern is at least as extreme as the observed one under
+    the margin m exactly when the mean of d over its flipped rows is <= m: the p-value at margin m is the share of
+    patterns whose flipped mean is <= m (the identity always), and `low` the order statistic where it reaches alpha."""
+    n = len(d)
+    means = []
+    for flips in patterns(n, count, seed):
+        flipped = flips.sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            means.append((flips.astype(np.float64) @ d) / flipped)  # NaN for the identity (no row flipped)
+    tau = np.concatenate(means)
+    if n > EXACT_ROWS:
+        tau = np.concatenate([[np.nan], tau])  # the observed pattern counts among the Monte-Carlo ones
+    total, k = len(tau), _kth(_alpha(confidence), len(tau))
+    below = np.sort(np.where(np.isnan(tau), -np.inf, tau))  # the identity: as extreme as itself in both tails
+    above = np.sort(np.where(np.isnan(tau), np.inf, tau))[::-1]
+    low = float(below[k]) if k >= 0 else -math.inf
+    high = float(above[k]) if k >= 0 else math.inf
+    return low, high, float(np.sum(below <= 0) / total), float(np.sum(above >= 0) / total), total
+
+
+def both_sides(metric: str, challenger: Scored, champion: Scored, flips: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The metric of the challenger's slot and of the champion's under each swap pattern (flips [p, n]: True, that
+    row's outputs swapped): f1_macro, roc_auc, pr_auc or ece. The identity pattern gives the two models' own."""
+    labels, new, old = challenger.labels, challenger.outputs, champion.outputs
+    if metric in ("roc_auc", "pr_auc"):
+        return _ranked_swaps(metric, labels, new, old, flips)
+    swap = flips[:, :, None]  # [p, n, classes] twice: the caller's chunks bound it
+    return batched(metric, labels, np.where(swap, old, new)), batched(metric, labels, np.where(swap, new, old))
+
+
+def swapped(
+    metric: str, challenger: Scored, champion: Scored, confidence: float, seed: int, count: int
+) -> tuple[float, float, float, float, int, str | None]:
+    """(low, high, p_better, p_worse, patterns, why not) of the randomisation test that swaps whole outputs per row:
+    the improvement t_b of each pattern; the p-value at margin m is the share of patterns with t_b >= t - m (t the
+    observed improvement, the identity's). A pattern whose metric is not finite is as extreme as any."""
+    sign = -1.0 if metric in MINIMIZE else 1.0
+    n = len(challenger.labels)
+
+    def improvement(flips: np.ndarray) -> np.ndarray:
+        a, b = both_sides(metric, challenger, champion, flips)
+        return sign * (a - b)
+
+    t = float(improvement(np.zeros((1, n), dtype=bool))[0])
+    if not math.isfinite(t):
+        return -math.inf, math.inf, 1.0, 1.0, 0, f"{metric} is undefined on these {n} test rows (one class only?)"
+    per_chunk = max(1, CHUNK_CELLS // max(challenger.outputs.size, 1))
+    improvements = [np.array([t])] if n > EXACT_ROWS else []
+    for flips in patterns(n, count, seed):
+        improvements += [improvement(flips[i : i + per_chunk]) for i in range(0, len(flips), per_chunk)]
+    tb = np.concatenate(improvements)
+    total, k = len(tb), _kth(_alpha(confidence), len(tb))
+    worst = np.sort(np.where(np.isfinite(tb), tb, np.inf))[::-1]  # largest first: a NaN pattern counts as extreme
+    best = np.sort(np.where(np.isfinite(tb), tb, -np.inf))
+    # A pattern that ties with the observed one (f1 from the same counts, an ece summed in another order) may differ
+    # from it in the last bits: it counts as a tie, and a bound that is 0 but for those bits is 0.
+    low = _snap(t - float(worst[k])) if k >= 0 else -math.inf
+    high = _snap(t - float(best[k])) if k >= 0 else math.inf
+    p_better, p_worse = np.sum(worst >= t - TIE) / total, np.sum(best <= t + TIE) / total
+    return low, high, float(p_better), float(p_worse), total, None
+
+
+def _snap(bound: float) -> float:
+    return 0.0 if abs(bound) <= TIE else bound
+
+
+def _alpha(confidence: float) -> Fraction:
+    """1 - confidence as an exact fraction of the decimal the user wrote (0.95 -> 1/20), so that a p-value of
+    exactly alpha is not decided by the rounding of 1 - 0.95."""
+    return 1 - Fraction(repr(confidence))
+
+
 def compare(
-    metric: str, challenger: Scored, champion: Scored, confidence: float, seed: int, resamples: int = RESAMPLES
+    metric: str,
+    challenger: Scored,
+    champion: Scored,
+    confidence: float,
+    seed: int,
+    resamples: int | None = None,
 ) -> Comparison:
-    """The paired bootstrap of the improvement of `challenger` over `champion` on the same rows."""
+    """The paired test of the improvement of `challenger` over `champion` on the same rows (the module docstring):
+    `resamples` random patterns when there are more than EXACT_ROWS rows (default RESAMPLES sign flips for the
+    means, PERMUTATIONS swaps for the others)."""
     n = len(challenger.labels)
     if n != len(champion.labels) or not np.array_equal(challenger.labels, champion.labels):
         raise ValueError("the champion and the challenger label the test rows differently (another list of classes?)")
     sign = -1.0 if metric in MINIMIZE else 1.0
-    rng = np.random.default_rng(seed)
-    per_chunk = max(1, CHUNK_CELLS // max(n, 1))
-    diffs = []
-    for start in range(0, resamples, per_chunk):
-        idx = rng.integers(0, n, size=(min(per_chunk, resamples - start), n))
-        diffs.append(sign * (resampled(metric, challenger, idx) - resampled(metric, champion, idx)))
-    d = np.concatenate(diffs)
-    d = d[np.isfinite(d)]  # r2 of a resample whose labels are all equal
-    new, old = metric_value(metric, challenger), metric_value(metric, champion)
-    low, high = (float(np.quantile(d, q)) for q in (1 - confidence, confidence)) if len(d) else (math.nan, math.nan)
+    if metric in MEANS:
+        new, old = metric_value(metric, challenger), metric_value(metric, champion)
+    else:  # evaluate's values, without sklearn's per-call checks
+        new, old = (float(v[0]) for v in both_sides(metric, challenger, champion, np.zeros((1, n), dtype=bool)))
+    where = f"the {n} test rows"
+    if metric in MEANS:
+        count = RESAMPLES if resamples is None else resamples
+        d, why_not = differences(metric, challenger, champion)
+        unit = {"rmse": " (squared error; rmse through the champion's)",
+                "r2": " (squared error over the test labels' total sum of squares)"}.get(metric, "")  # fmt: skip
+        test = f"paired sign-flip test of the per-row {metric} difference{unit}"
+        if why_not is not None:
+            low, high, p_better, p_worse, total = -math.inf, math.inf, 1.0, 1.0, 0
+        else:
+            low, high, p_better, p_worse, total = sign_flip(d, confidence, seed, count)
+            if metric == "rmse":  # the bounds of the mean squared error's drop, in rmse: sqrt(mse0 - drop)
+                mse = float(np.mean((champion.outputs - champion.labels) ** 2))
+                low, high = (old - math.sqrt(max(mse - b, 0.0)) for b in (low, high))
+    else:
+        count = PERMUTATIONS if resamples is None else resamples
+        test = f"paired randomisation test of the {metric} difference, the two models' outputs swapped per row"
+        low, high, p_better, p_worse, total, why_not = swapped(metric, challenger, champion, confidence, seed, count)
+    if n <= EXACT_ROWS:
+        test += f": exact, all {2**n} patterns of {where}"
+    else:
+        test += f": {count} random patterns of {where}"
     return Comparison(
         metric=metric,
         challenger=new,
@@ -196,10 +470,13 @@ def compare(
         high=high,
         confidence=confidence,
         rows=n,
-        resamples=resamples,
+        resamples=total,
         seed=seed,
-        test=f"paired bootstrap of the {metric} difference, {resamples} resamples of the {n} test rows",
+        test=test,
         mcnemar=mcnemar(challenger, champion) if metric == "accuracy" else None,
+        p_better=p_better,
+        p_worse=p_worse,
+        no_evidence=why_not,
     )
 
 
@@ -225,9 +502,26 @@ def sliced(c: Comparison, challenger: Scored, champion: Scored, masks: dict[str,
         c.slices.append(entry)
 
 
-def decide(c: Comparison, promote_if: str, min_improvement: float) -> tuple[bool, str]:
-    """(promote, why) by the paired rule: the bootstrap's bound, and for accuracy McNemar's one-sided test too."""
-    pct, alpha = f"{c.confidence:.0%}", 1 - c.confidence
+def decide(
+    c: Comparison, promote_if: str, min_improvement: float, by_hand: str = "`trainflow models promote VERSION`"
+) -> tuple[bool, str]:
+    """(promote, why) by the paired rule: the inverted test's bound against the margin, and for accuracy McNemar's
+    one-sided test too. Too few rows, or rows without evidence, keep the champion under either rule: "not shown
+    worse" on rows that cannot show anything would promote every challenger. `by_hand`: the command that promotes
+    this version anyway."""
+    values = f"{c.metric} {c.challenger:.6g} vs the champion's {c.champion:.6g} on the same {c.rows} test rows"
+    if c.rows < MIN_ROWS:
+        return False, (
+            f"{values}: too few test rows to decide (n = {c.rows} < {MIN_ROWS}); the champion stays; promote by hand "
+            f"with {by_hand}"
+        )
+    if c.no_evidence is not None:
+        return (
+            False,
+            f"{values}: no evidence either way ({c.no_evidence}); the champion stays; promote by hand with {by_hand}",
+        )
+    alpha = float(_alpha(c.confidence))
+    pct = f"{c.confidence:.0%}"
     interval = f"improvement {c.improvement:+.4g}, {pct} bounds [{c.low:+.4g}, {c.high:+.4g}]"
     m = c.mcnemar
     if promote_if == "not_worse":
@@ -242,5 +536,4 @@ def decide(c: Comparison, promote_if: str, min_improvement: float) -> tuple[bool
     bound, p = evidence
     rule += f" (the {'upper' if promote_if == 'not_worse' else 'lower'} bound is {bound:+.4g}"
     rule += f", McNemar's one-sided p {p:.3g})" if p is not None else ")"
-    values = f"{c.metric} {c.challenger:.6g} vs the champion's {c.champion:.6g} on the same {c.rows} test rows"
     return promote, f"{values}, {interval}: {rule}"

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
     from trainflow.data.split import Held
 
-MINIMIZE = {"log_loss", "ece", "rmse", "mae"}  # gate metrics where lower is better; every other one is higher-is-better
+MINIMIZE = paired.MINIMIZE  # gate metrics where lower is better (defined once, in trainflow.gate)
 CHAMPION, CHALLENGER = "champion", "challenger"
 TEST_HASH_TAG = "test_data_hash"
 DECISION_TAG = "registry_decision"
@@ -340,7 +340,8 @@ def register(
                     decision = unknown_rows(held, len(rows.labels), int(current.version), version, name)
                 else:
                     if comparison is not None:
-                        promoted, why = paired.decide(comparison, params.promote_if, params.min_improvement)
+                        by_hand = f"`trainflow models promote {version} --name {name} --reason ...`"
+                        promoted, why = paired.decide(comparison, params.promote_if, params.min_improvement, by_hand)
                         why = f"{why} (champion version {current.version})"
                     else:
                         new_at, old_at = new, old

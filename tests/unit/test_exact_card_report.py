@@ -915,66 +915,6 @@ def test_mcnemar_counts_the_rows_only_one_model_gets_right_and_its_exact_p_value
     }  # fmt: skip
 
 
-def test_compare_is_the_seeded_paired_bootstrap_of_the_improvement_done_by_hand() -> None:
-    labels = np.array([0, 1, 1, 0, 1])
-    right_new = np.array([1.0, 1.0, 0.0, 1.0, 1.0])
-    right_old = np.array([1.0, 0.0, 0.0, 1.0, 0.0])
-    hit, miss = {0: [0.8, 0.2], 1: [0.3, 0.7]}, {0: [0.3, 0.7], 1: [0.8, 0.2]}
-    outputs = [
-        np.array([(hit if r else miss)[y] for r, y in zip(rs, labels, strict=True)]) for rs in (right_new, right_old)
-    ]
-    new, old = gate.Scored(labels, outputs[0]), gate.Scored(labels, outputs[1])
-    idx = np.random.default_rng(7).integers(0, 5, size=(300, 5))
-    d = right_new[idx].mean(axis=1) - right_old[idx].mean(axis=1)
-    got = gate.compare("accuracy", new, old, confidence=0.9, seed=7, resamples=300)
-    assert got == gate.Comparison(
-        metric="accuracy", challenger=0.8, champion=0.4, improvement=pytest.approx(0.4), low=float(np.quantile(d, 0.1)),
-        high=float(np.quantile(d, 0.9)), confidence=0.9, rows=5, resamples=300, seed=7,
-        test="paired bootstrap of the accuracy difference, 300 resamples of the 5 test rows",
-        mcnemar={"challenger_only": 2, "champion_only": 0, "p_value": 0.5, "p_better": 0.25, "p_worse": 1.0},
-    )  # fmt: skip
-    assert gate.compare("accuracy", new, old, confidence=0.9, seed=7).resamples == 2000
-
-
-def test_compare_orients_a_lower_is_better_metric_and_rejects_other_labels() -> None:
-    """mae: the challenger's error is 0 on every row, the champion's 1, so every resample improves by exactly 1."""
-    y = np.array([1.0, 2.0, 3.0])
-    got = gate.compare("mae", gate.Scored(y, y.copy()), gate.Scored(y, y + 1), confidence=0.95, seed=0, resamples=50)
-    assert got.to_json() == {
-        "metric": "mae", "challenger": 0.0, "champion": 1.0, "improvement": 1.0, "low": 1.0, "high": 1.0,
-        "confidence": 0.95, "rows": 3, "resamples": 50, "seed": 0,
-        "test": "paired bootstrap of the mae difference, 50 resamples of the 3 test rows", "mcnemar": None,
-        "slices": [],
-    }  # fmt: skip
-    one, two = gate.Scored(np.array([1.0]), np.array([1.0])), gate.Scored(np.array([1.0]), np.array([2.0]))
-    r2 = gate.compare("r2", one, two, confidence=0.95, seed=0, resamples=20)
-    assert math.isnan(r2.low) and math.isnan(r2.high)  # one row: every resample's r2 is 0/0 or -inf
-    with pytest.raises(ValueError) as e:
-        gate.compare("mae", gate.Scored(y, y), gate.Scored(y[::-1].copy(), y), confidence=0.95, seed=0)
-    assert str(e.value) == (
-        "the champion and the challenger label the test rows differently (another list of classes?)"
-    )
-    with pytest.raises(ValueError):
-        gate.compare("mae", gate.Scored(y, y), gate.Scored(y[:2], y[:2]), confidence=0.95, seed=0)
-
-
-def test_compare_draws_the_resamples_in_chunks_the_same_as_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    labels = np.array([0, 1, 1, 0])
-    new = gate.Scored(labels, np.array([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4], [0.7, 0.3]]))
-    old = gate.Scored(labels, np.array([[0.9, 0.1], [0.6, 0.4], [0.6, 0.4], [0.3, 0.7]]))
-    whole = gate.compare("log_loss", new, old, confidence=0.9, seed=3, resamples=10)
-    monkeypatch.setattr(gate, "CHUNK_CELLS", 12)  # 3 resamples of 4 rows at a time: 3 + 3 + 3 + 1
-    rng = np.random.default_rng(3)
-    chunks = [rng.integers(0, 4, size=(k, 4)) for k in (3, 3, 3, 1)]
-    loss_new = -np.log([0.9, 0.8, 0.4, 0.7])
-    loss_old = -np.log([0.9, 0.4, 0.4, 0.3])
-    d = np.concatenate([loss_old[i].mean(axis=1) - loss_new[i].mean(axis=1) for i in chunks])
-    chunked = gate.compare("log_loss", new, old, confidence=0.9, seed=3, resamples=10)
-    assert (chunked.low, chunked.high) == pytest.approx((np.quantile(d, 0.1), np.quantile(d, 0.9)))
-    assert chunked.improvement == pytest.approx(loss_old.mean() - loss_new.mean())
-    assert (whole.challenger, whole.champion) == (chunked.challenger, chunked.champion)
-
-
 def test_the_comparison_tags_hold_the_evidence_with_mcnemar_only_for_accuracy() -> None:
     c = gate.Comparison(metric="mae", challenger=0.5, champion=0.75, improvement=0.25, low=0.125, high=0.5,
                         confidence=0.9, rows=4, resamples=10, seed=1, test="t")  # fmt: skip
@@ -1039,10 +979,10 @@ def _c(
     low: float, high: float, metric: str = "mae", mcnemar: dict[str, float] | None = None, confidence: float = 0.95
 ) -> gate.Comparison:
     return gate.Comparison(metric=metric, challenger=0.5, champion=1.0, improvement=0.5, low=low, high=high,
-                           confidence=confidence, rows=4, resamples=10, seed=0, test="t", mcnemar=mcnemar)  # fmt: skip
+                           confidence=confidence, rows=40, resamples=10, seed=0, test="t", mcnemar=mcnemar)  # fmt: skip
 
 
-HEAD = "mae 0.5 vs the champion's 1 on the same 4 test rows"
+HEAD = "mae 0.5 vs the champion's 1 on the same 40 test rows"
 
 
 def test_decide_better_promotes_only_when_the_lower_bound_clears_the_margin() -> None:
@@ -1059,7 +999,7 @@ def test_decide_better_promotes_only_when_the_lower_bound_clears_the_margin() ->
 
 
 def test_decide_better_on_accuracy_needs_mcnemar_below_one_minus_the_confidence_too() -> None:
-    head = "accuracy 0.5 vs the champion's 1 on the same 4 test rows, improvement +0.5, 95% bounds [+0.2, +0.8]"
+    head = "accuracy 0.5 vs the champion's 1 on the same 40 test rows, improvement +0.5, 95% bounds [+0.2, +0.8]"
     m = {"p_better": 0.04, "p_worse": 0.9}
     assert gate.decide(_c(0.2, 0.8, "accuracy", m), "better", 0.0) == (
         True,
@@ -1068,7 +1008,7 @@ def test_decide_better_on_accuracy_needs_mcnemar_below_one_minus_the_confidence_
     m = {"p_better": 0.25, "p_worse": 0.9}  # alpha = 1 - 0.75 = 0.25: McNemar's p must be below it, not at it
     assert gate.decide(_c(0.2, 0.8, "accuracy", m, confidence=0.75), "better", 0.0) == (
         False,
-        "accuracy 0.5 vs the champion's 1 on the same 4 test rows, improvement +0.5, 75% bounds [+0.2, +0.8]: "
+        "accuracy 0.5 vs the champion's 1 on the same 40 test rows, improvement +0.5, 75% bounds [+0.2, +0.8]: "
         "not shown better by more than 0 with 75% confidence (the lower bound is +0.2, McNemar's one-sided p 0.25)",
     )
 
@@ -1087,7 +1027,7 @@ def test_decide_not_worse_keeps_the_challenger_unless_the_upper_bound_is_below_m
     unsure = {"p_better": 1.0, "p_worse": 0.2}  # the bound is below, McNemar does not agree
     assert gate.decide(_c(-0.5, -0.3, "accuracy", unsure), "not_worse", 0.1) == (
         True,
-        "accuracy 0.5 vs the champion's 1 on the same 4 test rows, improvement +0.5, 95% bounds [-0.5, -0.3]: "
+        "accuracy 0.5 vs the champion's 1 on the same 40 test rows, improvement +0.5, 95% bounds [-0.5, -0.3]: "
         "not shown worse by more than 0.1 with 95% confidence (the upper bound is -0.3, McNemar's one-sided p 0.2)",
     )
     sure = {"p_better": 1.0, "p_worse": 0.01}

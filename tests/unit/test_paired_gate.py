@@ -1,18 +1,22 @@
-"""The paired promotion gate (trainflow.gate, issue 27): the bootstrap equals a hand-written one computed with
-sklearn's metrics, McNemar's p-value is scipy's exact binomial test, and the rule promotes on evidence, not on a
-difference of a prediction or two."""
+"""The paired promotion gate (trainflow.gate): the sign-flip test's p-values and bounds are scipy's exact
+permutation test on the per-row differences (inverted at the margin), the swap test's are a hand enumeration with
+sklearn's metrics, its vectorised metrics are evaluate's, McNemar's p-value is scipy's exact binomial test, and the
+rule promotes on evidence: never on a few rows, never on rows without evidence, never on a worse calibration."""
 
 from __future__ import annotations
 
+import itertools
 import math
+import re
 
 import numpy as np
 import pytest
-from scipy.stats import binomtest
-from sklearn.metrics import accuracy_score, f1_score, log_loss, mean_absolute_error, mean_squared_error, r2_score
+from scipy.stats import binomtest, permutation_test
+from sklearn.metrics import average_precision_score, f1_score, log_loss, r2_score, roc_auc_score
 
 from trainflow import gate
 from trainflow.gate import Scored, compare, decide, mcnemar
+from trainflow.stages.evaluate import classification_metrics
 
 
 def classifier(labels: np.ndarray, right: np.ndarray, seed: int, classes: int = 3) -> Scored:
@@ -24,59 +28,149 @@ def classifier(labels: np.ndarray, right: np.ndarray, seed: int, classes: int = 
     return Scored(labels, p / p.sum(axis=1, keepdims=True))
 
 
-def sklearn_metric(metric: str, y: np.ndarray, out: np.ndarray) -> float:
-    if metric == "accuracy":
-        return float(accuracy_score(y, out.argmax(axis=1)))
-    if metric == "log_loss":
-        return float(log_loss(y, out, labels=list(range(out.shape[1]))))
-    if metric == "f1_macro":
-        return float(f1_score(y, out.argmax(axis=1), average="macro"))
-    if metric == "mae":
-        return float(mean_absolute_error(y, out))
-    if metric == "rmse":
-        return float(np.sqrt(mean_squared_error(y, out)))
-    return float(r2_score(y, out))
+def scipy_p(d: np.ndarray, margin: float, alternative: str = "greater") -> float:
+    """scipy's exact paired permutation test (every pairing of the n rows swapped or not) of the mean of d - margin."""
+
+    def statistic(x: np.ndarray, y: np.ndarray, axis: int) -> np.ndarray:
+        return np.mean(x - y, axis=axis)
+
+    shifted = d - margin
+    result = permutation_test(
+        (shifted, np.zeros_like(shifted)), statistic, permutation_type="samples", alternative=alternative,
+        n_resamples=np.inf, vectorized=True,
+    )  # fmt: skip
+    return float(result.pvalue)
 
 
-def reference(metric: str, new: Scored, old: Scored, confidence: float, seed: int, resamples: int) -> tuple[float, ...]:
-    """The bootstrap written out: one resample at a time, the metric from sklearn, the improvement's quantiles."""
+def regression_pair(n: int, seed: int) -> tuple[Scored, Scored]:
     rng = np.random.default_rng(seed)
-    n, sign = len(new.labels), -1.0 if metric in ("log_loss", "mae", "rmse") else 1.0
-    diffs = []
-    for _ in range(resamples):
-        i = rng.integers(0, n, size=n)
-        diffs.append(sign * (sklearn_metric(metric, new.labels[i], new.outputs[i])
-                             - sklearn_metric(metric, old.labels[i], old.outputs[i])))  # fmt: skip
-    d = np.array(diffs)
-    return float(np.quantile(d, 1 - confidence)), float(np.quantile(d, confidence))
+    y = rng.normal(0, 2, n)
+    return Scored(y, y + rng.normal(0, 0.8, n)), Scored(y, y + rng.normal(0.2, 1.0, n))
 
 
-# f1_macro's reference recomputes sklearn's f1 per resample (about 10 s a case): in the slow tier, for README line 2's
-# 10 minutes
-@pytest.mark.parametrize(
-    "metric", ["accuracy", "log_loss", pytest.param("f1_macro", marks=pytest.mark.slow), "mae", "rmse", "r2"]
-)
-@pytest.mark.parametrize("chunked", [False, True])
-def test_the_bootstrap_is_the_hand_written_one(metric: str, chunked: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    rng = np.random.default_rng(5)
-    n = 120
-    if metric in ("mae", "rmse", "r2"):
-        y = rng.normal(0, 2, n)
-        new, old = Scored(y, y + rng.normal(0, 0.8, n)), Scored(y, y + rng.normal(0.2, 1.0, n))
-    else:
+def per_row_difference(metric: str, new: Scored, old: Scored) -> np.ndarray:
+    """The per-row improvement written out: the champion's loss minus the challenger's (accuracy: the other way)."""
+    y = new.labels
+    if metric == "accuracy":
+        return (new.outputs.argmax(1) == y).astype(float) - (old.outputs.argmax(1) == y).astype(float)
+    if metric == "log_loss":
+        pick = np.arange(len(y)), y
+        return np.log(new.outputs[pick]) - np.log(old.outputs[pick])
+    if metric == "mae":
+        return np.abs(old.outputs - y) - np.abs(new.outputs - y)
+    squared = (old.outputs - y) ** 2 - (new.outputs - y) ** 2
+    return squared if metric == "rmse" else squared * len(y) / np.sum((y - y.mean()) ** 2)
+
+
+@pytest.mark.parametrize("metric", ["accuracy", "log_loss", "mae", "rmse", "r2"])
+def test_the_exact_sign_flip_test_is_scipys_permutation_test_inverted_at_the_margin(metric: str) -> None:
+    """12 rows: all 4096 sign patterns. p at margin 0 is scipy's; the lower bound is where scipy's test of d - m
+    stops rejecting (rmse: the squared errors' drop 2 m r0 - m^2, r0 the champion's rmse), the upper bound where
+    the other tail's does."""
+    rng = np.random.default_rng(3)
+    n = 12
+    if metric in ("accuracy", "log_loss"):
         y = rng.integers(0, 3, n)
-        new, old = classifier(y, rng.random(n) < 0.85, 1), classifier(y, rng.random(n) < 0.75, 2)
-    if chunked:  # resamples drawn a few at a time: the same random stream, so the same resamples
-        monkeypatch.setattr(gate, "CHUNK_CELLS", 7 * n)
-    got = compare(metric, new, old, confidence=0.9, seed=11, resamples=300)
-    low, high = reference(metric, new, old, 0.9, 11, 300)
-    assert got.low == pytest.approx(low, rel=1e-9, abs=1e-12)
-    assert got.high == pytest.approx(high, rel=1e-9, abs=1e-12)
-    sign = -1 if metric in ("log_loss", "mae", "rmse") else 1
-    expected = sign * (sklearn_metric(metric, y, new.outputs) - sklearn_metric(metric, y, old.outputs))
-    assert got.improvement == pytest.approx(expected, rel=1e-9, abs=1e-12)
-    assert got.challenger == pytest.approx(sklearn_metric(metric, y, new.outputs), rel=1e-9)
-    assert got.rows == n and got.resamples == 300 and (got.mcnemar is not None) == (metric == "accuracy")
+        new, old = classifier(y, rng.random(n) < 0.9, 1), classifier(y, rng.random(n) < 0.5, 2)
+    else:
+        new, old = regression_pair(n, 4)
+    c = compare(metric, new, old, confidence=0.9, seed=0)
+    d = per_row_difference(metric, new, old)
+    assert c.resamples == 2**n and "exact, all 4096 patterns of the 12 test rows" in c.test
+    assert c.p_better == pytest.approx(scipy_p(d, 0.0), abs=1e-12)
+    assert c.p_worse == pytest.approx(scipy_p(d, 0.0, "less"), abs=1e-12)
+    champion_rmse = math.sqrt(np.mean((old.outputs - old.labels) ** 2)) if metric == "rmse" else 0.0
+
+    def in_d(margin: float) -> float:  # the margin in d's units
+        return 2 * margin * champion_rmse - margin**2 if metric == "rmse" else margin
+
+    assert math.isfinite(c.low) and math.isfinite(c.high)
+    for eps in (1e-7, -1e-7):  # either side of each bound: the test's verdict changes there
+        assert (scipy_p(d, in_d(c.low - eps)) < 0.1) is (eps > 0), (metric, eps)
+        assert (scipy_p(d, in_d(c.high + eps), "less") < 0.1) is (eps > 0), (metric, eps)
+    expected = (
+        {"accuracy": np.mean(d), "log_loss": log_loss(y, old.outputs) - log_loss(y, new.outputs)}
+        if metric in ("accuracy", "log_loss")
+        else {"r2": r2_score(new.labels, new.outputs) - r2_score(old.labels, old.outputs)}
+    )
+    if metric in expected:
+        assert c.improvement == pytest.approx(expected[metric], rel=1e-9)
+
+
+def test_the_monte_carlo_p_value_is_near_the_exact_one_and_does_not_depend_on_the_chunks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """17 rows (more than gate.EXACT_ROWS): 9999 random sign patterns against scipy's exact 131072; the patterns are
+    drawn 64 rows a raw draw, so drawing them a few at a time gives the same ones."""
+    new, old = regression_pair(17, 7)
+    d = per_row_difference("mae", new, old)
+    c = compare("mae", new, old, confidence=0.95, seed=5)
+    assert c.resamples == gate.RESAMPLES + 1 and "9999 random patterns of the 17 test rows" in c.test
+    exact = scipy_p(d, 0.0)
+    assert abs(c.p_better - exact) < 4 * math.sqrt(exact * (1 - exact) / gate.RESAMPLES), (c.p_better, exact)
+    monkeypatch.setattr(gate, "CHUNK_CELLS", 7 * 17)
+    assert compare("mae", new, old, confidence=0.95, seed=5) == c
+    assert compare("mae", new, old, confidence=0.95, seed=6).p_better != c.p_better  # the seed draws the patterns
+
+
+def sklearn_metric(metric: str, y: np.ndarray, p: np.ndarray) -> float:
+    """One metric as evaluate defines it, from sklearn's functions (ece: by hand, bin by bin)."""
+    if metric == "f1_macro":
+        return float(f1_score(y, p.argmax(axis=1), average="macro", zero_division=0))
+    if metric == "ece":
+        return calibration_error_by_hand(y, p)
+    classes = [1] if p.shape[1] == 2 else range(p.shape[1])
+    score = roc_auc_score if metric == "roc_auc" else average_precision_score
+    return float(np.mean([score(y == c, p[:, c]) for c in classes if 0 < np.sum(y == c) < len(y)]))
+
+
+@pytest.mark.parametrize(
+    ("metric", "classes"), [("f1_macro", 3), ("roc_auc", 2), ("roc_auc", 3), ("pr_auc", 3), ("ece", 2)]
+)
+def test_the_swap_test_is_every_swap_scored_by_sklearn(metric: str, classes: int) -> None:
+    """6 rows: the 64 ways to swap the two models' outputs row by row, each scored by evaluate's (sklearn's)
+    metric; the p-values are the share of swaps at least as good, the bounds the observed improvement minus the
+    swap distribution's tail."""
+    rng = np.random.default_rng(classes)
+    n = 6
+    y = np.arange(n) % classes
+    new, old = (Scored(y, rng.dirichlet(np.ones(classes), size=n)) for _ in range(2))
+    sign = -1 if metric == "ece" else 1
+    swaps = []
+    for pattern in itertools.product([False, True], repeat=n):
+        s = np.array(pattern)[:, None]
+        a, b = np.where(s, old.outputs, new.outputs), np.where(s, new.outputs, old.outputs)
+        swaps.append(sign * (sklearn_metric(metric, y, a) - sklearn_metric(metric, y, b)))
+    t = np.array(swaps)
+    observed = t[0]
+    c = compare(metric, new, old, confidence=0.9, seed=0)
+    assert c.improvement == pytest.approx(observed, abs=1e-12) and c.resamples == 64
+    assert c.challenger == pytest.approx(sklearn_metric(metric, y, new.outputs), abs=1e-12)
+    assert c.p_better == np.mean(t >= observed - 1e-12) and c.p_worse == np.mean(t <= observed + 1e-12)
+    k = math.ceil(0.1 * 64) - 1  # the most swaps at least as extreme that a p-value below 0.1 allows
+    assert c.low == pytest.approx(observed - np.sort(t)[::-1][k], abs=1e-12)
+    assert c.high == pytest.approx(observed - np.sort(t)[k], abs=1e-12)
+
+
+@pytest.mark.parametrize("classes", [2, 3, 5])
+def test_the_vectorised_metrics_are_evaluates(classes: int) -> None:
+    """f1_macro and ece per pattern, and roc_auc and pr_auc per swap, on ties, on a class missing from the labels
+    and on one no model predicts, equal sklearn's (evaluate's)."""
+    rng = np.random.default_rng(classes)
+    n = 40
+    y = rng.integers(0, classes - 1 if classes > 2 else classes, n)  # the last class is missing from the labels
+    p = rng.dirichlet(np.ones(classes), size=(2, n))
+    p[1] = np.round(p[1], 1) + 1e-3  # ties of scores
+    p[1] /= p[1].sum(axis=1, keepdims=True)
+    flips = rng.random((3, n)) < 0.5
+    new, old = Scored(y, p[0]), Scored(y, p[1])
+    for metric in ("f1_macro", "ece", "roc_auc", "pr_auc"):
+        a, b = gate.both_sides(metric, new, old, flips)
+        for i, s in enumerate(flips[:, :, None]):
+            expected_a = classification_metrics(y, np.where(s, p[1], p[0]))[metric]
+            expected_b = classification_metrics(y, np.where(s, p[0], p[1]))[metric]
+            assert (a[i], b[i]) == pytest.approx((expected_a, expected_b), abs=1e-12), (metric, i)
+    assert gate.batched("f1_macro", y[None], p[:1])[0] == pytest.approx(f1_score(y, p[0].argmax(1), average="macro"))
 
 
 @pytest.mark.parametrize(("only_new", "only_old"), [(0, 0), (7, 2), (2, 7), (15, 15), (30, 12), (1, 0)])
@@ -94,17 +188,20 @@ def test_mcnemar_is_the_exact_binomial_test(only_new: int, only_old: int) -> Non
         assert got[key] == pytest.approx(expected, rel=1e-12), key
 
 
-def test_a_few_rows_all_one_way_are_not_evidence_for_mcnemar_though_the_bootstrap_bound_is_above_0() -> None:
-    """bench/gate.py found this pair: 3 rows better, none worse, of 269. 95% of resamples hold one of the 3, so the
-    bootstrap's lower bound is above 0; McNemar's one-sided p is 1/8, and the champion stays. 10 of 10 is evidence."""
-    few = compare("accuracy", *pair(269, 3), confidence=0.95, seed=42)
-    assert few.low > 0 and few.mcnemar is not None and few.mcnemar["p_better"] == 0.125
-    promoted, why = decide(few, "better", 0.0)
-    assert not promoted and "McNemar's one-sided p 0.125" in why
-    many = compare("accuracy", *pair(269, 10), confidence=0.95, seed=42)
-    assert decide(many, "better", 0.0)[0]
-    # the same rows under not_worse, the other way round: 3 rows worse is not shown worse
-    assert decide(compare("accuracy", *pair(269, -3), confidence=0.95, seed=42), "not_worse", 0.0)[0]
+def test_the_sign_flip_test_on_right_or_wrong_rows_is_mcnemars() -> None:
+    """0/1 differences: the exact sign-flip p-value at margin 0 is McNemar's one-sided p on the rows only one of the
+    two gets right (the rows both get right or wrong flip to themselves)."""
+    y = np.zeros(14, dtype=np.int64)
+    right_new = np.array([1] * 6 + [0] * 2 + [1] * 4 + [0] * 2, dtype=bool)
+    right_old = np.array([0] * 6 + [1] * 2 + [1] * 4 + [0] * 2, dtype=bool)
+    c = compare("accuracy", classifier(y, right_new, 1, 2), classifier(y, right_old, 2, 2), confidence=0.95, seed=0)
+    assert c.mcnemar is not None
+    assert (
+        c.p_better
+        == pytest.approx(c.mcnemar["p_better"])
+        == pytest.approx(binomtest(6, 8, alternative="greater").pvalue)
+    )
+    assert c.p_worse == pytest.approx(c.mcnemar["p_worse"])
 
 
 def pair(n: int, extra_right: int, base: float = 0.8, seed: int = 0) -> tuple[Scored, Scored]:
@@ -114,6 +211,19 @@ def pair(n: int, extra_right: int, base: float = 0.8, seed: int = 0) -> tuple[Sc
     right_old = np.arange(n) < int(base * n)
     right_new = np.arange(n) < int(base * n) + extra_right
     return classifier(y, right_new, 1), classifier(y, right_old, 2)
+
+
+def test_a_few_rows_all_one_way_are_not_evidence_but_ten_are() -> None:
+    """bench/gate.py found this pair: 3 rows better, none worse, of 269; the old bootstrap's lower bound was above 0.
+    The chance of 3 of 3 such rows going one way with no difference at all is 1/8: the bound is 0, McNemar's p 1/8."""
+    few = compare("accuracy", *pair(269, 3), confidence=0.95, seed=42)
+    assert few.low == 0.0 and few.mcnemar is not None and few.mcnemar["p_better"] == 0.125
+    assert few.p_better == pytest.approx(0.125, abs=4 * math.sqrt(0.125 * 0.875 / gate.RESAMPLES))
+    promoted, why = decide(few, "better", 0.0)
+    assert not promoted and "McNemar's one-sided p 0.125" in why
+    assert decide(compare("accuracy", *pair(269, 10), confidence=0.95, seed=42), "better", 0.0)[0]
+    # the same rows under not_worse, the other way round: 3 rows worse is not shown worse
+    assert decide(compare("accuracy", *pair(269, -3), confidence=0.95, seed=42), "not_worse", 0.0)[0]
 
 
 def test_one_more_right_prediction_is_not_evidence_but_many_are() -> None:
@@ -129,7 +239,7 @@ def test_one_more_right_prediction_is_not_evidence_but_many_are() -> None:
 
 def test_not_worse_promotes_unless_shown_worse() -> None:
     same = compare("accuracy", *pair(300, 0), confidence=0.95, seed=0)
-    assert same.low == same.high == 0.0  # identical predictions: every resample's difference is 0
+    assert same.low == same.high == 0.0  # identical predictions: every pattern's difference is 0
     assert not decide(same, "better", 0.0)[0] and decide(same, "not_worse", 0.0)[0]
     slightly = compare("accuracy", *pair(300, -2), confidence=0.95, seed=0)
     assert decide(slightly, "not_worse", 0.0)[0]  # two rows worse is within noise
@@ -148,11 +258,127 @@ def test_lower_is_better_metrics_count_a_drop_as_an_improvement() -> None:
         assert compare(metric, bad, good, confidence=0.95, seed=0).high < 0
 
 
+def calibration_error_by_hand(y: np.ndarray, p: np.ndarray, bins: int = 15) -> float:
+    """Expected calibration error, one bin at a time: bin b holds the rows whose top probability is in
+    (b / bins, (b + 1) / bins] (the first bin also 0)."""
+    confidence, right = p.max(axis=1), p.argmax(axis=1) == y
+    total = 0.0
+    for b in range(bins):
+        lo, hi = b / bins, (b + 1) / bins
+        rows = [i for i in range(len(y)) if (lo < confidence[i] <= hi) or (b == 0 and confidence[i] == 0)]
+        if rows:
+            total += len(rows) / len(y) * abs(np.mean(right[rows]) - np.mean(confidence[rows]))
+    return total
+
+
+def test_a_worse_calibrated_challenger_is_never_favoured_on_ece() -> None:
+    """The same predictions (accuracy equal), the challenger overconfident: its ece, computed here bin by bin, is
+    higher, so the improvement is negative, `better` keeps the champion and `not_worse` finds it worse. With ece
+    counted as higher-is-better (dropped from MINIMIZE) this promotes the worse-calibrated model."""
+    rng = np.random.default_rng(1)
+    n = 400
+    logits = rng.normal(0, 1, (n, 3))
+    y = np.array([rng.choice(3, p=np.exp(z) / np.exp(z).sum()) for z in logits])  # softmax(logits) is calibrated
+    calibrated = Scored(y, np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True))
+    sharp = np.exp(3 * logits)
+    overconfident = Scored(y, sharp / sharp.sum(axis=1, keepdims=True))
+    new_ece, old_ece = (calibration_error_by_hand(y, s.outputs) for s in (overconfident, calibrated))
+    assert new_ece > old_ece + 0.1
+    c = compare("ece", overconfident, calibrated, confidence=0.95, seed=0)
+    assert (c.challenger, c.champion) == pytest.approx((new_ece, old_ece), abs=1e-12)
+    assert c.improvement == pytest.approx(old_ece - new_ece, abs=1e-12) and c.high < 0
+    assert decide(c, "better", 0.0)[0] is False
+    assert decide(c, "not_worse", 0.0)[0] is False
+    assert decide(compare("ece", calibrated, overconfident, confidence=0.95, seed=0), "better", 0.0)[0] is True
+
+
+def test_the_metrics_to_minimise_are_defined_once() -> None:
+    from trainflow import card, registry
+
+    assert registry.MINIMIZE is gate.MINIMIZE and card.MINIMIZE is gate.MINIMIZE
+    assert {"log_loss", "ece", "rmse", "mae"} == gate.MINIMIZE
+
+
 def test_the_same_seed_decides_the_same_and_rows_must_match() -> None:
     new, old = pair(200, 6)
     a, b = (compare("log_loss", new, old, 0.95, seed=3) for _ in range(2))
-    assert a == b and compare("log_loss", new, old, 0.95, seed=4).low != a.low  # the seed is what draws the rows
+    assert a == b and compare("log_loss", new, old, 0.95, seed=4).low != a.low  # the seed is what draws the patterns
     shifted = Scored(old.labels[::-1].copy(), old.outputs)
     with pytest.raises(ValueError, match="label the test rows differently"):
         compare("accuracy", new, shifted, 0.95, seed=3)
     assert math.isfinite(a.low)
+
+
+# --- too few rows, and rows without evidence ------------------------------------------------------------------------
+
+
+def test_two_three_and_seven_rows_never_promote() -> None:
+    """The audit's cases: r2 on 2 test rows (the old bootstrap's bounds were [+0.9996, +0.9996]: every resample that
+    was not the two rows themselves had equal labels and was dropped), on 3, and a trial's 7. The sign-flip test
+    cannot reject on 2 or 3 rows at all (1/4, 1/8 > 5%); below gate.MIN_ROWS the gate does not decide."""
+    for n, y in ((2, [0.0, 1.0]), (3, [0.0, 1.0, 3.0]), (7, [0.0, 1.0, 3.0, 2.0, 5.0, 4.0, 6.0])):
+        labels = np.array(y)
+        champion, challenger = Scored(labels, labels + 1.0), Scored(labels, labels + 0.01)
+        c = compare("r2", challenger, champion, confidence=0.95, seed=0)
+        assert c.improvement > 0.1
+        if n < 5:
+            assert c.low == -math.inf
+        for rule in ("better", "not_worse"):
+            promoted, why = decide(c, rule, 0.0, "`trainflow models promote 3 --name m --reason ...`")
+            assert promoted is False
+            assert why == (
+                f"r2 {c.challenger:.6g} vs the champion's {c.champion:.6g} on the same {n} test rows: too few test "
+                f"rows to decide (n = {n} < 20); the champion stays; promote by hand with `trainflow models promote "
+                "3 --name m --reason ...`"
+            )
+    assert gate.MIN_ROWS == 20
+
+
+def test_r2_on_test_labels_that_are_all_equal_is_no_evidence_either_way() -> None:
+    """r2 is undefined where the labels do not vary: no decision under either rule (the old gate dropped every
+    resample and then promoted under not_worse, nothing having shown the challenger worse)."""
+    y = np.full(30, 2.0)
+    rng = np.random.default_rng(0)
+    challenger, champion = Scored(y, y + rng.normal(0, 0.1, 30)), Scored(y, y + rng.normal(0, 1, 30))
+    c = compare("r2", challenger, champion, confidence=0.95, seed=0)
+    assert c.no_evidence == "all 30 test labels are equal, so r2 is undefined on them (its total sum of squares is 0)"
+    for rule in ("better", "not_worse"):
+        promoted, why = decide(c, rule, 0.0)
+        assert promoted is False
+        assert why.endswith(
+            ": no evidence either way (all 30 test labels are equal, so r2 is undefined on them (its total sum of "
+            "squares is 0)); the champion stays; promote by hand with `trainflow models promote VERSION`"
+        )
+    assert c.tags()["gate.no_evidence"] == c.no_evidence
+    # rmse on the same rows is defined: the challenger's errors are smaller
+    assert decide(compare("rmse", challenger, champion, confidence=0.95, seed=0), "better", 0.0)[0]
+
+
+def test_a_metric_undefined_on_the_rows_and_outputs_that_are_not_finite_are_no_evidence() -> None:
+    y = np.zeros(30, dtype=np.int64)  # one class: roc_auc has no negatives to rank
+    rng = np.random.default_rng(0)
+    new, old = (Scored(y, rng.dirichlet(np.ones(2), size=30)) for _ in range(2))
+    c = compare("roc_auc", new, old, confidence=0.95, seed=0)
+    assert c.no_evidence is not None and "roc_auc is undefined on these 30 test rows" in c.no_evidence
+    assert not decide(c, "better", 0.0)[0] and not decide(c, "not_worse", 0.0)[0]
+    x = np.linspace(0, 1, 30)
+    broken = Scored(x, np.where(np.arange(30) == 4, np.nan, x))
+    c = compare("mae", broken, Scored(x, x + 1), confidence=0.95, seed=0)
+    assert c.no_evidence == "1 of the 30 test rows have a non-finite mae for one of the two models"
+    assert not decide(c, "not_worse", 0.0)[0]
+
+
+def test_the_decision_names_the_bound_and_the_comparison_json_keeps_its_keys() -> None:
+    new, old = regression_pair(60, 1)
+    c = compare("mae", new, old, confidence=0.95, seed=0)
+    promoted, why = decide(c, "better", 0.0)
+    assert re.fullmatch(
+        r"mae \S+ vs the champion's \S+ on the same 60 test rows, improvement \S+, 95% bounds \[\S+, \S+\]: "
+        r"(better|not shown better) by more than 0 with 95% confidence \(the lower bound is \S+\)",
+        why,
+    ), why
+    assert promoted is (c.low > 0)
+    old_keys = {"metric", "challenger", "champion", "improvement", "low", "high", "confidence", "rows", "resamples",
+                "seed", "test", "mcnemar", "slices"}  # fmt: skip
+    assert old_keys <= set(c.to_json())
+    assert set(c.tags()) == {"gate.improvement", "gate.bounds", "gate.test", "gate.p"}
