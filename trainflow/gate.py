@@ -102,7 +102,9 @@ class Comparison:
     no_evidence: str | None = None  # why these rows cannot decide either way (then no decision is made)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """As reports/registration.json holds it: an infinite bound (too few rows to reject anything) as null, so
+        strict JSON readers can read the file."""
+        return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in asdict(self).items()}
 
     def tags(self) -> dict[str, str]:
         """The registry version's tags: the evidence beside the decision."""

@@ -732,10 +732,11 @@ class RegisterParams(Section):
     decide: Literal["paired", "point"] = Field(
         "paired",
         description="How the gate decides. paired = champion and challenger scored on the same test rows, a seeded "
-        "paired bootstrap of the gate metric's improvement (and McNemar's test for accuracy): promoted only when its "
-        "lower confidence bound exceeds min_improvement, so a difference of a prediction or two on a small test set "
-        "does not flip the champion. point = the challenger's value beats the champion's by more than "
-        "min_improvement (no test).",
+        "paired permutation test of the gate metric's improvement (sign flips of the per-row differences, or swaps "
+        "of the two models' outputs per row; McNemar's test too for accuracy): promoted only when it shows an "
+        "improvement above min_improvement at `confidence`, and never on fewer than 20 test rows, so a difference "
+        "of a prediction or two on a small test set does not flip the champion. point = the challenger's value "
+        "beats the champion's by more than min_improvement (no test).",
     )
     confidence: float = Field(
         0.95, gt=0.5, lt=1, description="decide: paired: the one-sided confidence of the bound that decides."
@@ -1009,7 +1010,7 @@ class PipelineParams(Section):
     seed: int = Field(
         42,
         ge=0,
-        description="The training seed: initialisation, data order, augmentation and the paired gate's bootstrap. "
+        description="The training seed: initialisation, data order, augmentation and the paired gate's permutations. "
         "It does not move rows between splits (split.seed does).",
     )
     data: DataParams = Field(default_factory=DataParams, description="Raw data source and schema (ingest).")  # type: ignore[arg-type]

@@ -2,8 +2,8 @@
 
 Every registration creates a version and points `challenger` at it. `champion` moves to it only if it beats the
 champion on the gate metric, both scored on the same test rows. `register.decide: paired` (the default): the champion
-is re-scored on this run's test split and the two are compared row by row (trainflow.gate: a paired bootstrap of the
-improvement; promoted when its lower confidence bound exceeds `register.min_improvement`). `point`: the challenger's
+is re-scored on this run's test split and the two are compared row by row (trainflow.gate: a paired permutation test
+of the improvement; promoted when it shows one above `register.min_improvement`). `point`: the challenger's
 value must beat the champion's by more than `register.min_improvement`; the champion's metrics are taken from its tags
 when it was scored on a test split with the same hash, else it is re-scored first. If the champion cannot be
 re-scored, it stays champion and the decision says why.
@@ -20,6 +20,7 @@ see "no better champion" and both take the alias.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import tempfile
 from collections.abc import Callable, Iterator
@@ -226,7 +227,7 @@ def register(
 ) -> dict[str, Any]:
     """Register the model of run `run_id` (`model_uri`) as a version of `params.model_name` (alias `challenger`); move
     `champion` to it only if it beats the champion on the same test data (hash `test_hash`): by `params.decide`,
-    paired (`challenger`: this model's per-row outputs on the test split; the bootstrap seeded by `seed`) or point.
+    paired (`challenger`: this model's per-row outputs on the test split; the permutations seeded by `seed`) or point.
 
     Idempotent: a run registers at most one version. The version of `run_id` is looked up first, so a retry after a
     partial success (version created, then an error) completes that version's decision instead of creating another,
@@ -509,8 +510,8 @@ def registered_models(client: Any = None) -> list[dict[str, Any]]:
                    RERUN_MODELS)  # fmt: skip
     out = []
     for model in sorted(found or [], key=lambda m: m.name):
-        query = f"name='{model.name}'"
-        versions = lookup(lambda: client.search_model_versions(query), "listing versions", RERUN_MODELS) or []
+        search = functools.partial(client.search_model_versions, f"name='{model.name}'")
+        versions = lookup(search, "listing versions", RERUN_MODELS) or []
         out.append(
             {
                 "name": model.name,
