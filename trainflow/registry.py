@@ -456,6 +456,7 @@ def _recorded(client: Any, existing: Any, gate: str, tags: dict[str, str], test_
         "decision": f"{why}, nothing changed (its decision then: {existing.tags[DECISION_TAG]})",
         "decide": None,
         "comparison": None,
+        "test_rows": None,
         "tags": {**tags, TEST_HASH_TAG: test_hash},
     }
 

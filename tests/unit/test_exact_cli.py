@@ -691,8 +691,8 @@ def test_tune_prepares_the_data_then_runs_the_study_with_the_options_given(
     assert checked == [(([],), {}), ((["train.lr=0.5"],), {})]
     assert prepared == [((Paths(project.root),), {})] * 2
     [(args0, kw0), (args1, kw1)] = ran
-    assert kw0 == {"trials": None, "workers": None, "apply": False} and args0[1] == Paths(project.root)
-    assert kw1 == {"trials": 3, "workers": 2, "apply": True}
+    assert kw0 == {"trials": None, "workers": None, "apply": False, "overrides": []} and args0[1] == Paths(project.root)
+    assert kw1 == {"trials": 3, "workers": 2, "apply": True, "overrides": ["train.lr=0.5"]}
     assert args0[0].train.lr != 0.5 and args1[0].train.lr == 0.5  # the -S applies to the sweep
     assert args0[0].register.model_name == "penguins"
     assert capsys.readouterr() == ('{\n  "best": "a/b",\n  "n": 2\n}\n' * 2, "")
@@ -1001,7 +1001,7 @@ class Scorer:
     """An exported tabular model that predicts "p<row>" and records how it was asked."""
 
     def __init__(self) -> None:
-        self.pre = types.SimpleNamespace(image_column=None, target="label", task="classification", width=2)
+        self.pre = types.SimpleNamespace(image_column=None, target="label", task="classification", width=2, columns=[])
         self.asked: list[Any] = []
 
     def predict_frame(self, frame: Any, batch_size: int, **where: Any) -> Any:
@@ -1046,7 +1046,7 @@ def test_a_parquet_input_over_the_budget_is_streamed_and_says_the_same(
         "task": "classification",
     }
     assert out.read_text() == '{"x1": 1, "x2": 2, "prediction": "p0"}\n{"x1": 3, "x2": 4, "prediction": "p1"}\n'
-    assert scorer.asked == [(["x1", "x2"], 5, {"where": str(source)})]
+    assert scorer.asked == [(["x1", "x2"], 5, {"where": str(source), "base": None})]
     err = capsys.readouterr().err
     assert err.startswith(f"predict: {source} is 0.0 MiB once read, over the 0 MiB budget: streamed a block at a time")
 

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from conftest import model_run
 
-from trainflow import manifest, registry, tracking
+from trainflow import gate, manifest, registry, tracking
 from trainflow.errors import ParamsError, ServiceError, UserError
 from trainflow.params import RegisterParams
 
@@ -517,6 +517,7 @@ def test_the_first_registration_is_champion_with_every_tag_and_the_kind_of_the_n
         "decision": "version 1 is the first champion of m",
         "decide": "point",
         "comparison": None,
+        "test_rows": None,
         "tags": {**lineage, "test_data_hash": "h"},
     }
     tags = store.version_tags(1)
@@ -560,6 +561,7 @@ def test_a_worse_version_is_challenger_only_and_the_decision_says_by_how_much(tm
         "decision": decision,
         "decide": "point",
         "comparison": None,
+        "test_rows": None,
         "tags": {"test_data_hash": "h"},
     }
     assert store.aliases() == {"champion": "1", "challenger": "2"}
@@ -602,7 +604,8 @@ def test_a_champion_measured_on_another_split_is_rescored_and_decided_on_that(tm
 
     def rescore(uri: str) -> Any:
         asked.append(uri)
-        return {"accuracy": 0.5, "n_test": 10.0}, object()
+        # its rows, as the paired rule would need them (a point decision only counts them)
+        return {"accuracy": 0.5, "n_test": 10.0}, gate.Scored(np.zeros(10), np.zeros((10, 2)))
 
     result = store.register({"accuracy": 0.6}, test_hash="new", rescore=rescore)
     assert asked == ["models:/m/1"]
@@ -695,6 +698,7 @@ def test_a_rerun_of_a_decided_run_registers_nothing_and_reports_the_registry_as_
         " stays version 1)",
         "decide": None,
         "comparison": None,
+        "test_rows": None,
         "tags": {"target": "y", "test_data_hash": "h2"},
     }
     assert len(store.client.search_model_versions("name='m'")) == 2

@@ -113,7 +113,7 @@ def test_the_paired_comparison_by_slice_has_its_header_row() -> None:
 class _Exported:
     """Stands in for a loaded model: a regression on two features that predicts x1 + x2."""
 
-    pre = types.SimpleNamespace(image_column=None, task="regression", width=2, target="y")
+    pre = types.SimpleNamespace(image_column=None, task="regression", width=2, target="y", columns=[])
 
     def predict_frame(self, frame: pd.DataFrame, batch_size: int, where: str, base: Path | None = None) -> pd.DataFrame:
         return frame.assign(prediction=frame["x1"] + frame["x2"])
