@@ -122,8 +122,12 @@ def stopping(exit_code: int, why: str) -> None:
 
 def stop_after_stage(sig: signal.Signals, stage: str) -> None:
     """`stage` noted `sig` and finished anyway (the train stage, signalled after its last update, exports instead of
-    leaving nothing to resume): the run stops once the stage is recorded (`between_stages`)."""
-    if _run is not None and _run.exit_code is None:
+    leaving nothing to resume): in `trainflow run` (`handled`), the run stops once the stage is recorded
+    (`between_stages`); in any other flow run (a deployment's) the signal takes its own effect now (Prefect's
+    handler: the flow run crashes after the stage, as it would have before it)."""
+    if _run is None:
+        signal.raise_signal(sig)
+    elif _run.exit_code is None:
         _run.after_stage = (sig, stage)
 
 

@@ -16,7 +16,7 @@ from prefect import flow, get_run_logger
 from prefect.client.schemas.objects import State
 from prefect.states import Crashed
 
-from flows import orphans
+from flows import interrupts, orphans
 from tasks import dvc
 from tasks.evaluate import evaluate
 from tasks.ingest import ingest
@@ -66,6 +66,7 @@ def training_pipeline(root: str = ".", caller_reports_errors: bool = False) -> d
                 return Crashed(name=PREEMPTED_STATE, message=message)
             failpoint(f"commit-{name}")
             dvc.commit(project, name)
+            interrupts.between_stages()  # `trainflow run` told to stop while the stage finished: stop, it is recorded
         publish_artifacts(Paths(project))
         if load_params(Paths(project).params).deploy.push:
             push_outputs(project)

@@ -266,7 +266,7 @@ def _main(argv: Sequence[str] | None) -> int:
     for key, value in ENV_DEFAULTS.items():
         os.environ.setdefault(key, value)
     try:
-        with _stage_watch(args, program=argv is None):
+        with _stage_watch(args, program=argv is None), _run_signals(args):
             return _dispatch(args)
     except Preempted as exc:  # not an error: the checkpoint is written, a rerun resumes
         print(f"preempted: {exc}", file=sys.stderr)
@@ -276,9 +276,9 @@ def _main(argv: Sequence[str] | None) -> int:
         for note in getattr(exc, "__notes__", ()):  # what to do next, added on the way out (see _dispatch)
             print(note, file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("interrupted; finished outputs are intact, rerun to continue", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # in `trainflow run`, any of its stop signals (flows/interrupts.py: Interrupted)
+        print(getattr(exc, "message", "interrupted; finished outputs are intact, rerun to continue"), file=sys.stderr)
+        return int(getattr(exc, "exit_code", 130))
     except BrokenPipeError:
         raise  # the reader went away: main() ends quietly
     except Exception:  # noqa: BLE001 - last-resort handler: show the traceback, exit 1
@@ -299,6 +299,16 @@ def _stage_watch(args: argparse.Namespace, program: bool) -> contextlib.Abstract
     watch = Watch(DEFAULT_SIGNALS, held=program)
     watch.nothing_written = "RANK" not in os.environ
     return watch
+
+
+def _run_signals(args: argparse.Namespace) -> contextlib.AbstractContextManager[object]:
+    """`trainflow run`: SIGINT, SIGTERM and SIGUSR1 end it at any moment within seconds, exit 75 or 130, one line
+    (flows/interrupts.py); in training the train stage's own Watch catches them first."""
+    if args.command != "run":
+        return contextlib.nullcontext()
+    from flows.interrupts import handled
+
+    return handled()
 
 
 def _dispatch(args: argparse.Namespace) -> int:

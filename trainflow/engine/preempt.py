@@ -69,11 +69,11 @@ def current() -> Watch | None:
 
 
 @contextlib.contextmanager
-def watching(signals: list[str]) -> Iterator[Watch]:
+def watching(signals: list[str], finished: Callable[[signal.Signals], object] = signal.raise_signal) -> Iterator[Watch]:
     """The train stage's Watch: the one this process entered at its start (the CLI's, a rank's), from now on catching
     `signals` (train.preempt_signals); else one entered here, for the block (the Prefect task's train stage). A signal
-    that one noted after the last update, when the stage ended with its outputs, then takes the effect it has outside
-    the stage: whoever runs it (a flow) stops as it would have."""
+    that one noted after the last update, when the stage ended with its outputs, is then passed to `finished`: by
+    default it takes the effect it has outside the stage, so whoever runs it (a flow) stops as it would have."""
     if (watch := current()) is not None:
         watch.catch(signals)
         yield watch
@@ -81,7 +81,7 @@ def watching(signals: list[str]) -> Iterator[Watch]:
     with Watch(signals) as watch:
         yield watch
     if watch.caught is not None:
-        signal.raise_signal(watch.caught)
+        finished(watch.caught)
 
 
 class Watch:
