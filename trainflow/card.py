@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from trainflow import baselines
 from trainflow.gate import MINIMIZE, Scored, per_row, resampled
 from trainflow.paths import SPLITS, Paths
 
@@ -66,11 +67,15 @@ def intervals(metrics: dict[str, Any], scored: Scored | None, seed: int) -> list
 
 
 def calibration(scored: Scored) -> list[list[str]]:
-    """Reliability: per bin of the top class's probability, the rows, their mean confidence and their accuracy."""
+    """Reliability: per bin of the top class's probability, the rows, their mean confidence and their accuracy.
+
+    Bin b holds the confidences in (b / bins, (b + 1) / bins], the first also 0: closed on the right, as the ece in
+    metrics.json bins them (and sklearn's calibration_curve), so a row exactly on an edge is counted in the same bin
+    by both. The edges are b / bins, exact where a decimal can be (np.linspace's 0.30000000000000004 is not 0.3)."""
     confidence = scored.outputs.max(axis=1)
     right = scored.outputs.argmax(axis=1) == scored.labels
-    edges = np.linspace(0, 1, CALIBRATION_BINS + 1)
-    bins = np.clip(np.digitize(confidence, edges[1:-1]), 0, CALIBRATION_BINS - 1)
+    edges = np.arange(CALIBRATION_BINS + 1) / CALIBRATION_BINS
+    bins = np.clip(np.searchsorted(edges, confidence, side="left") - 1, 0, CALIBRATION_BINS - 1)
     rows = []
     for b in range(CALIBRATION_BINS):
         mask = bins == b
@@ -113,7 +118,12 @@ def sections(
         data.text.append("Changes to the data since the champion: " + "; ".join(why["data"]))
 
     test = Section("Test metrics")
-    test.tables.append((["metric", "value", "95% interval (bootstrap)", ""], intervals(metrics, scored, seed)))
+    own, _ = baselines.split_metrics(metrics)
+    rows = intervals(own, scored, seed)
+    if line := baselines.versus(metrics, reg.get("gate_metric")):
+        rows.append(["the network vs the baselines", line, "—", "fitted on the same train split, scored on the same "
+                     "test rows"])  # fmt: skip
+    test.tables.append((["metric", "value", "95% interval (bootstrap)", ""], rows))
     test.text.append(f"On {metrics.get('n_test', '?')} test rows. Decision: {reg.get('decision', '—')}")
 
     out = [lineage, data, test]

@@ -397,7 +397,13 @@ class ProfileParams(Section):
 
 
 class TrainParams(Section):
-    epochs: int = Field(40, ge=1, description="Maximum number of passes over the training split.")
+    epochs: int | Literal["auto"] = Field(
+        "auto",
+        description="Maximum number of passes over the training split (early stopping may end it sooner). auto: "
+        "enough passes for at least 1,000 optimizer updates and at least 40 passes, so a small table (a few "
+        "updates a pass) trains as long as a large one; resolved where the updates per pass are known, recorded as "
+        "epochs_planned in models/final/training.json, and kept by a resumed run. A number: exactly that many.",
+    )
     batch_size: int | Literal["auto"] = Field(
         64,
         description="Micro-batch size per process: samples per forward/backward pass. auto (with global_batch) = the "
@@ -625,11 +631,11 @@ class TrainParams(Section):
             raise ValueError(f"must be a positive duration, got {v!r}")
         return value
 
-    @field_validator("world_size", "batch_size")
+    @field_validator("world_size", "batch_size", "epochs")
     @classmethod
     def _positive_world(cls, v: int | str) -> int | str:
         if isinstance(v, int) and v < 1:
-            raise ValueError(f"must be at least 1 (or auto), got {v}")
+            raise ValueError("must be at least 1 (or auto)")  # the message adds "(got 0)"
         return v
 
     @model_validator(mode="after")

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from trainflow import baselines
 from trainflow.data.schema import Schema
 from trainflow.io import read_json
 from trainflow.paths import Paths
@@ -222,14 +223,19 @@ def summary(paths: Paths, results: dict[str, Any]) -> str:
         lines.append(f"  task:     {schema.task} ({schema.task_reason or 'from the schema'})")
         if chosen := features_line(schema):
             lines.append(f"  features: {chosen}")
+    registration = read_json(paths.registration) if paths.registration.is_file() else {}
     if paths.metrics.is_file():
         metrics = read_json(paths.metrics)
-        shown = ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in metrics.items())
+        own, _ = baselines.split_metrics(metrics)
+        shown = ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in own.items())
         lines.append(f"  metrics:  {paths.metrics}  ({shown})")
+        if versus := baselines.versus(metrics, registration.get("gate_metric")):  # none for text, images, streamed
+            lines.append(f"  baseline: {versus} on the same test rows")
+    if paths.final.joinpath("training.json").is_file():
+        lines.append(f"  trained:  {trained_line(read_json(paths.final / 'training.json'))}")
     lines.append(f"  model:    {paths.final}")
     lines.append(f"  plots:    {paths.plots}")
-    if paths.registration.is_file():
-        reg = read_json(paths.registration)
+    if reg := registration:
         champ = "now champion" if reg["champion"] else f"champion stays version {reg['champion_version']}"
         if results.get("register", {}).get("skipped") or str(reg.get("decision", "")).startswith("no new version"):
             champ = "registered by an earlier run; " + ("champion" if reg["champion"] else champ)
@@ -238,6 +244,16 @@ def summary(paths: Paths, results: dict[str, Any]) -> str:
             lines.append(f"  decision: {reg['decision']}")
         lines.append(f"  load it:  trainflow.serving.load('{load_uri(reg)}')")
     return "\n".join(lines)
+
+
+def trained_line(training: dict[str, Any]) -> str:
+    """How long the model trained and how long it was planned to (train.epochs auto resolves to a number)."""
+    said = f"{training.get('updates', '?')} updates, {training.get('epochs', '?')} epochs"
+    if (planned := training.get("epochs_planned")) is not None:
+        said += f" of {planned} planned ({training.get('updates_planned', '?')} updates)"
+    if training.get("stopped_early"):
+        said += f"; stopped early, best at update {training.get('best_update', '?')}"
+    return said
 
 
 def load_uri(reg: dict[str, Any]) -> str:

@@ -33,7 +33,8 @@ def test_pipeline_outputs_and_lineage(csv_project: Path) -> None:
     assert out["ingest"] == {"rows": 240, "features": 4, "classes": 3, "task": "classification"}
     assert sum(out["split"].values()) == 240
     metrics = read_json(paths.metrics)
-    assert set(metrics) == {"accuracy", "f1_macro", "log_loss", "roc_auc", "pr_auc", "ece", "n_test"}
+    baselines = {f"baseline_{b}.{m}" for b in ("linear", "boosting") for m in ("accuracy", "f1_macro", "log_loss")}
+    assert set(metrics) == {"accuracy", "f1_macro", "log_loss", "roc_auc", "pr_auc", "ece", "n_test", *baselines}
     assert metrics["accuracy"] >= 0.9  # separable blobs
     # The exported model is safetensors, ONNX and JSON only: nothing that could be unpickled.
     assert sorted(p.name for p in paths.final.iterdir()) == [
@@ -56,6 +57,7 @@ def test_pipeline_outputs_and_lineage(csv_project: Path) -> None:
     assert len(version.tags["git_commit"]) == 40
     assert version.tags["mlflow_run_id"] == read_json(paths.train_run)["run_id"]
     assert float(version.tags["metric.accuracy"]) == metrics["accuracy"]
+    assert float(version.tags["metric.baseline_boosting.log_loss"]) == metrics["baseline_boosting.log_loss"]
     assert version.tags["data_sha256"] == read_json(paths.final / "training.json")["data_sha256"]
     assert champion("blobs") == "1"
 

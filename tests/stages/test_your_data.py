@@ -51,7 +51,8 @@ def test_a_decimal_target_trains_as_regression_and_says_why(
     assert "ingest: task regression: target 'fare' holds numbers with fractions" in capsys.readouterr().err
     pipeline(root, monkeypatch)
     metrics = read_json(Paths(root).metrics)
-    assert set(metrics) == {"r2", "rmse", "mae", "n_test"} and metrics["r2"] > 0.8
+    baselines = {f"baseline_{b}.{m}" for b in ("linear", "boosting") for m in ("r2", "rmse", "mae")}
+    assert set(metrics) == {"r2", "rmse", "mae", "n_test", *baselines} and metrics["r2"] > 0.8
 
 
 def test_a_number_read_as_mostly_one_row_classes_is_an_error_that_says_what_to_set(

@@ -255,7 +255,7 @@ def test_every_bad_value_of_the_space_is_reported_with_its_own_path() -> None:
     with pytest.raises(ParamsError) as bad:
         pm.validate({"tune": {"space": space}}, "p.yaml")
     assert bad.value.problems == [
-        ("tune.space.train.epochs", "0 is not a valid value (Input should be greater than or equal to 1 (got 0))"),
+        ("tune.space.train.epochs", "0 is not a valid value (must be at least 1 (or auto) (got 0))"),
         ("tune.space.model.dropout", "1.0 is not a valid value (Input should be less than 1 (got 1.0))"),
         ("tune.space.model.name", "'bad name' is not a valid value (model.name must be auto, mlp, text_transformer, "
                                   "text_bag, cnn, hf:<directory> or an import path package.module:Class, got "

@@ -93,6 +93,7 @@ class TrainState:
     last_eval_update: int = -1
     checkpoint_update: int = -1
     stopped_early: bool = False
+    planned_epochs: int = 0  # train.epochs as this run resolved it (auto: by the updates an epoch takes); 0: not yet
     history: list[dict[str, float]] = field(default_factory=list)
     # The train loss of applied updates summed over their terms (folded in from the device at each read), and its
     # value at the last log and evaluation, for per-interval means.
@@ -166,12 +167,27 @@ class DeviceCounters(Counters):
         self.consecutive.fill_(consecutive)
 
 
+# train.epochs auto: enough epochs for at least AUTO_UPDATES optimizer updates, and at least AUTO_EPOCHS. A table of
+# AUTO_EPOCHS * per-epoch updates or more trains as a fixed AUTO_EPOCHS did; a smaller one (a few updates an epoch)
+# gets more epochs, with the schedule's warmup stretched over its longer run. Early stopping ends either sooner.
+AUTO_UPDATES = 1000
+AUTO_EPOCHS = 40
+
+
+def planned_epochs(epochs: int | str, per_epoch: int) -> int:
+    """train.epochs as a number: itself, or auto's, for an epoch of `per_epoch` updates."""
+    if isinstance(epochs, int):
+        return epochs
+    return max(AUTO_EPOCHS, math.ceil(AUTO_UPDATES / max(1, per_epoch)))
+
+
 @dataclass(frozen=True)
 class Plan:
     window: int  # samples per update: batch_size * accumulate * world_size
     per_epoch: int  # updates per (whole) epoch
     total: int  # updates in the whole run: the length of the schedule
     epoch_samples: int = 0  # samples an epoch trains on (all of them, or limit_batches windows)
+    epochs: int = 1  # epochs in the whole run: train.epochs, auto resolved
 
 
 class Trainer:
@@ -382,14 +398,19 @@ class Trainer:
         epoch_samples = len(train) if not p.limit_batches else min(len(train), p.limit_batches * window)
         per_epoch = math.ceil(epoch_samples / window)
         s = self.state
+        # auto is resolved once, by a fresh run; a resumed one keeps its checkpoint's number (see _restore), so a
+        # resume under another world size (other windows, other updates an epoch) plans the same epochs.
+        if not s.planned_epochs:
+            s.planned_epochs = planned_epochs(p.epochs, per_epoch)
+        epochs = s.planned_epochs
         # Updates left from the data position (a fresh run: all of them). A run resumed under another world size
         # continues from the same sample with windows of the new size, so the schedule is planned for what is left.
         # (None of this epoch, if the position is already past its end: see _run_epoch.)
-        left = max(0, math.ceil((epoch_samples - s.position) / window)) + per_epoch * (p.epochs - s.epoch - 1)
+        left = max(0, math.ceil((epoch_samples - s.position) / window)) + per_epoch * (epochs - s.epoch - 1)
         total = s.updates + left
         if p.max_steps is not None:
             total = min(total, p.max_steps)
-        self.plan = Plan(window, per_epoch, total, epoch_samples)
+        self.plan = Plan(window, per_epoch, total, epoch_samples, epochs)
         self._build_table()
         return train
 
@@ -516,7 +537,7 @@ class Trainer:
 
     def _done(self) -> bool:
         s = self.state
-        return s.stopped_early or s.epoch >= self.p.epochs or s.updates >= self.plan.total
+        return s.stopped_early or s.epoch >= self.plan.epochs or s.updates >= self.plan.total
 
     def _set_table(self) -> None:
         scale = self.plateau.scale if self.plateau else 1.0
@@ -783,6 +804,8 @@ class Trainer:
             if self.scaler.is_enabled() and ckpt.meta["scaler"]:
                 self.scaler.load_state_dict(ckpt.meta["scaler"])
             self.state = TrainState(**ckpt.meta["state"])
+            if self.p.epochs != "auto" or ckpt.meta.get("params", {}).get("epochs") != "auto":
+                self.state.planned_epochs = 0  # a number, or a checkpoint of another train.epochs: planned anew
             if "consecutive_nonfinite" in ckpt.meta:  # written by trainflow 0.1.0, before it moved into the state
                 self.state.consecutive_nonfinite = int(ckpt.meta["consecutive_nonfinite"])
             if ckpt.meta.get("position_unit") != "samples":  # trainflow <= 0.2: windows of one process

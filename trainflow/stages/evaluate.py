@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from trainflow import plots
+from trainflow import baselines, plots
 from trainflow.data import stream
 from trainflow.errors import UserError
 from trainflow.io import atomic_dir, write_json
@@ -127,6 +127,36 @@ def score_split(
     return test_metrics(exported, y, out), out, y
 
 
+def baseline_metrics(exported: ExportedModel, paths: Paths, d: DataParams) -> dict[str, float]:
+    """trainflow.baselines fitted on the train split and scored on the test split, both read whole: {} (and a line
+    on stderr saying why) for text and images, and for tables streamed from disk (read whole, they would not fit)."""
+    pre = exported.pre
+    files = [paths.split("train"), paths.split("test")]
+    why = None
+    if pre.text_column is not None or pre.image_column is not None:
+        why = f"the model reads {'text' if pre.text_column is not None else 'images'}"
+    elif stream.choose([*files], d).streamed:
+        why = "the table is streamed from disk (data.memory_budget_mb)"
+    if why is not None:
+        print(f"evaluate: no baselines: {why}; they are fitted on tables held in memory", file=sys.stderr)
+        return {}
+    train, test = (f.read() for f in files)
+    fit = train.iloc[baselines.sample(len(train))]
+    where = [str(f) for f in files]
+    out = baselines.fit_and_score(
+        pre.task,
+        pre.features(fit, where[0]),
+        pre.labels(fit, where[0]),
+        pre.features(test, where[1]),
+        pre.labels(test, where[1]),
+        len(pre.classes),
+        regression_metrics if pre.task == "regression" else classification_metrics,
+    )
+    if not out:
+        print("evaluate: no baselines: the train split holds a single class", file=sys.stderr)
+    return out
+
+
 def read_test(paths: Paths, stage: str) -> pd.DataFrame:
     test = paths.split("test")
     if not test.exists():
@@ -137,6 +167,7 @@ def read_test(paths: Paths, stage: str) -> pd.DataFrame:
 def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
     exported = ExportedModel.load(paths.final)
     metrics, outputs, labels = score_split(exported, paths, "evaluate", params.evaluate.batch_size, params.data)
+    metrics |= baseline_metrics(exported, paths, params.data)  # beside the network's: does it earn its keep?
     # One folder of test plots, replaced whole, holding the same files for both tasks (so `dvc plots show` always
     # finds them): predictions.csv, every test row's actual and predicted value; confusion.csv, what DVC draws as a
     # confusion matrix (classes, the 19 most frequent and "other" beyond 20; for regression, deciles of the actual

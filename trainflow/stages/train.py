@@ -353,6 +353,9 @@ def _train(
     summary: dict[str, Any] = {
         "epochs": state.epoch,
         "updates": state.updates,
+        # the run's plan: train.epochs as resolved (auto: by the updates an epoch takes) and the schedule's length
+        "epochs_planned": trainer.plan.epochs,
+        "updates_planned": trainer.plan.total,
         "skipped_updates": state.updates - state.applied,
         "monitor": params.train.monitor,
         "best_metric": state.best_metric,
