@@ -85,13 +85,23 @@ def calibration(scored: Scored) -> list[list[str]]:
     return rows
 
 
+def commit_note(tags: dict[str, str]) -> str:
+    """What the git commit row adds: whether the code trained was the commit's. `trainflow run -S` rewrites
+    params.yaml, so the tree is dirty while the code is not (code_dirty, which verify checks); a version registered
+    before code_dirty was recorded has only git_dirty."""
+    code_dirty, git_dirty = tags.get("code_dirty"), tags.get("git_dirty") == "true"
+    if code_dirty == "true" or (code_dirty is None and git_dirty):
+        return " (uncommitted code changes)" if code_dirty else " (uncommitted changes)"
+    return " (the commit's code; params.yaml or data changed since)" if git_dirty else ""
+
+
 def sections(
     paths: Paths, reg: dict[str, Any], metrics: dict[str, Any], scored: Scored | None, seed: int
 ) -> list[Section]:
     tags = reg.get("tags") or {}
     why = reg.get("why") or {}
     lineage = Section("Lineage")
-    dirty = " (uncommitted changes)" if tags.get("git_dirty") == "true" else ""
+    dirty = commit_note(tags)
     lineage.tables.append((["", ""], [
         ["git commit", f"{tags.get('git_commit', '—')}{dirty}"],
         ["data (DVC hash of data/splits)", tags.get("data_hash", "—")],

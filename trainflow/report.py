@@ -180,7 +180,9 @@ def registry_markdown(reg: dict[str, Any]) -> str:
             "",
             "Lineage tags of this version:",
             "",
-            _table(["tag", "value"], [[k, fmt(v)] for k, v in tags.items()]),
+            # `params`, every resolved param as one JSON text (what verify retrains with), stays on the registry
+            # version; params_hash names it here
+            _table(["tag", "value"], [[k, fmt(v)] for k, v in tags.items() if k != "params"]),
         ]
     return "\n".join(parts) + "\n"
 

@@ -1034,3 +1034,30 @@ def test_decide_not_worse_keeps_the_challenger_unless_the_upper_bound_is_below_m
     assert gate.decide(_c(-0.5, -0.3, "accuracy", sure), "not_worse", 0.1)[0] is False
     at_alpha = {"p_better": 1.0, "p_worse": 0.25}  # alpha = 1 - 0.75: at it is not below it
     assert gate.decide(_c(-0.5, -0.3, "accuracy", at_alpha, confidence=0.75), "not_worse", 0.1)[0] is True
+
+
+@pytest.mark.parametrize(
+    ("tags", "said"),
+    [
+        ({"git_dirty": "true", "code_dirty": "false"}, "abc (the commit's code; params.yaml or data changed since)"),
+        ({"git_dirty": "true", "code_dirty": "true"}, "abc (uncommitted code changes)"),
+        ({"git_dirty": "true"}, "abc (uncommitted changes)"),  # registered before code_dirty was recorded
+        ({"git_dirty": "false", "code_dirty": "false"}, "abc"),
+    ],
+)
+def test_the_cards_commit_row_says_whether_the_code_was_the_commits(
+    tmp_path: Path, tags: dict[str, str], said: str
+) -> None:
+    """A version trained by `trainflow run -S` (params.yaml rewritten, code committed) is not called uncommitted."""
+    reg = {"model_name": "m", "version": 1, "tags": {"git_commit": "abc", **tags}, "why": {}}
+    [lineage, *_] = card.sections(Paths(tmp_path), reg, {"accuracy": 1.0}, None, seed=0)
+    assert lineage.tables[0][1][0] == ["git commit", said]
+
+
+def test_the_registry_artifact_names_the_params_by_their_hash_not_their_whole_record() -> None:
+    reg = {"model_name": "digits", "version": 3, "model_uri": "models:/digits/3", "gate_metric": "accuracy",
+           "value": 0.97, "previous_champion": None, "previous_value": None, "champion": True, "champion_version": 3,
+           "tags": {"git_commit": "abc123", "params": '{"train":{"lr":0.1}}', "params_hash": "p1"}}  # fmt: skip
+    lines = report.registry_markdown(reg).splitlines()
+    at = lines.index("Lineage tags of this version:")
+    assert lines[at + 4 :] == ["| git_commit | abc123 |", "| params_hash | p1 |"]
