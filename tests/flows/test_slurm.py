@@ -1,7 +1,8 @@
 """Acceptance (issue 28): scripts/slurm/train.sbatch on a real single-node Slurm cluster (munge, slurmctld and slurmd
 on 127.0.0.1, started here by scripts/slurm/local-cluster.sh). A job preempted mid-training with `scancel
 --signal=USR1` checkpoints at the signal, requeues itself, resumes from that checkpoint in its second start, and ends
-with the weights of an uninterrupted training, bit for bit.
+with the weights of an uninterrupted training, bit for bit. So does scripts/slurm/multinode.sbatch on that one node
+with two CPU ranks under torchrun, which Slurm's USR1 reaches too.
 
 Needs root and Debian's slurm-wlm and munge, which .ci/run installs (see README, "Slurm"); skipped otherwise."""
 
@@ -55,6 +56,28 @@ def job_field(job: str, env: dict[str, str], field: str) -> str:
     return match.group(1) if match else ""
 
 
+def preempt_and_wait(job: str, slurm: dict[str, str], paths: Paths, log: Path) -> str:
+    """Once training is under way (its first epoch checkpointed), `scancel --signal=USR1` the job; wait for it to
+    requeue itself and complete in its second start (within 15 minutes: a loaded machine's two starts). Returns the
+    job's log; a job still running when this fails is cancelled (its processes would outlive the cluster)."""
+    deadline = time.monotonic() + 900
+    try:
+        while not any(paths.checkpoints.glob("step-*")):  # training is under way: its first epoch is checkpointed
+            assert time.monotonic() < deadline, f"no checkpoint; job {job_field(job, slurm, 'JobState')}"
+            time.sleep(0.2)
+        subprocess.run(["scancel", "--signal=USR1", job], env=slurm, check=True)
+        while job_field(job, slurm, "JobState") != "COMPLETED" or job_field(job, slurm, "Restarts") != "1":
+            state = job_field(job, slurm, "JobState")
+            text = log.read_text() if log.exists() else ""
+            assert state not in ("FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"), f"job {state}:\n{text[-3000:]}"
+            assert time.monotonic() < deadline, f"job {state} after 900 s:\n{text[-3000:]}"
+            time.sleep(0.5)
+    except BaseException:
+        subprocess.run(["scancel", job], env=slurm, capture_output=True)
+        raise
+    return log.read_text()
+
+
 def test_a_job_preempted_with_usr1_requeues_itself_and_resumes_to_the_uninterrupted_weights(
     slurm: dict[str, str], tmp_path: Path
 ) -> None:
@@ -71,23 +94,46 @@ def test_a_job_preempted_with_usr1_requeues_itself_and_resumes_to_the_uninterrup
     submitted = subprocess.run(["sbatch", "--parsable", "scripts/slurm/train.sbatch"], cwd=root, env=slurm,
                                capture_output=True, text=True, check=True)  # fmt: skip
     job = submitted.stdout.strip().split(";")[0]
-    log = root / f"slurm-trainflow-{job}.out"
-
-    deadline = time.monotonic() + 300
-    while not any(paths.checkpoints.glob("step-*")):  # training is under way: its first epoch is checkpointed
-        assert time.monotonic() < deadline, f"no checkpoint; job {job_field(job, slurm, 'JobState')}"
-        time.sleep(0.2)
-    subprocess.run(["scancel", "--signal=USR1", job], env=slurm, check=True)
-
-    while job_field(job, slurm, "JobState") != "COMPLETED" or job_field(job, slurm, "Restarts") != "1":
-        state = job_field(job, slurm, "JobState")
-        assert state not in ("FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"), f"job {state}:\n{log.read_text()[-3000:]}"
-        assert time.monotonic() < deadline, f"job {state} after 300 s:\n{log.read_text()[-3000:]}"
-        time.sleep(0.5)
-    text = log.read_text()
+    text = preempt_and_wait(job, slurm, paths, root / f"slurm-trainflow-{job}.out")
     stopped = re.search(r"preempted: train: SIGUSR1 received: stopped after update (\d+) of 2100", text)
     assert stopped, text[-3000:]
     at = int(stopped.group(1))
     assert f"requeueing job {job}" in text and "(restart 1)" in text
+    assert re.search(rf"train: resumed from \S+step-{at:09d} at update {at}\b", text), text[-3000:]
+    assert digest(root) == digest(whole)
+
+
+def test_multinode_sbatch_two_ranks_under_torchrun_preempted_with_usr1_requeue_and_resume_bitwise(
+    slurm: dict[str, str], tmp_path: Path
+) -> None:
+    """torchrun runs with SIGUSR1 ignored (it would die of it before its ranks checkpoint, and srun would then kill
+    them): the ranks catch it all the same, stop after the same update, write preempted.json, and the job requeues."""
+    from trainflow.engine.distributed import free_port
+
+    root = make_project(tmp_path / "proj", {"data.source": "builtin:iris", "train.epochs": 150, "train.batch_size": 8,
+                                            "train.progress": "false", "train.log_every": 50})  # fmt: skip
+    shutil.copytree(REPO / "scripts/slurm", root / "scripts/slurm")
+    paths = Paths(root)
+    for stage in ("ingest", "split"):
+        run_stage(stage, load_params(paths.params), paths)
+    whole = Path(shutil.copytree(root, tmp_path / "whole"))
+    torchrun = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node=2", "-m", "trainflow", "stage", "train"]
+    done = subprocess.run(torchrun, cwd=whole, capture_output=True, text=True)  # the same launcher, uninterrupted
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    env = {**slurm, "TRAINFLOW_PROCS_PER_NODE": "2", "TRAINFLOW_RDZV_PORT": str(free_port())}
+    submitted = subprocess.run(["sbatch", "--parsable", "--nodes=1", "--gpus-per-node=0",
+                                "scripts/slurm/multinode.sbatch"], cwd=root, env=env, capture_output=True, text=True,
+                               check=True)  # fmt: skip
+    job = submitted.stdout.strip().split(";")[0]
+    text = preempt_and_wait(job, slurm, paths, root / f"slurm-trainflow-ddp-{job}.out")
+    stops = re.findall(r"preempted: train: SIGUSR1 received: stopped after update (\d+) of 1050", text)
+    assert len(stops) == 2 and stops[0] == stops[1], text[-3000:]  # each rank caught it; the same update
+    at = int(stops[0])
+    # torchrun outlived the signal and waited for its ranks (exit 1 once they exit 75). Killed by it (exit 138), it
+    # leaves them to srun --kill-on-bad-exit: here they escape (proctrack/linuxproc, started in sessions of their
+    # own), with proctrack/cgroup they die before their checkpoint.
+    assert f"trainflow: preempted (exit 1); requeueing job {job}" in text, text[-3000:]
+    assert "(restart 1)" in text, text[-3000:]
     assert re.search(rf"train: resumed from \S+step-{at:09d} at update {at}\b", text), text[-3000:]
     assert digest(root) == digest(whole)
