@@ -12,7 +12,8 @@ if [ "${1:-}" = "--slow" ]; then
   python -c "import ray.tune" 2>/dev/null || python -m pip install --disable-pip-version-check -q -e ".[ray]" \
     -c <(echo "torch==$(python -W ignore -c "import torch; print(torch.__version__.split('+')[0])")")
   # The slow tier's longest tests (a cron's minutes, fresh clones, chains of `dvc repro`) get twice the default limit.
-  exec python -m pytest -q -m slow --timeout 1200 "$@"
+  # Two workers as below: most of the slow tier waits on subprocesses and servers (Slurm's queue, a cron's minute).
+  OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" exec python -m pytest -q -m slow -n 2 --dist loadfile --timeout 1200 "$@"
 fi
 ruff check .
 ruff format --check .

@@ -578,8 +578,11 @@ def _verify(args: argparse.Namespace, paths: Paths) -> int:
 
 def models_table(name: str, versions: list[dict[str, object]]) -> str:
     """`trainflow models list`: one row per version, the test metrics as columns, then what it predicts (target and
-    task, from the version's tags) and on which data."""
-    metrics = sorted({m for v in versions for m in v["metrics"]})  # type: ignore[attr-defined]
+    task, from the version's tags) and on which data. The baselines' metrics (trainflow.baselines) are left to the
+    model card: a column each would bury the versions' own."""
+    from trainflow.baselines import PREFIX
+
+    metrics = sorted({m for v in versions for m in v["metrics"] if not m.startswith(PREFIX)})  # type: ignore[attr-defined]
     header = ["version", "aliases", *metrics, "target", "task", "data_hash", "run", "became champion"]
     rows = []
     for v in versions:

@@ -289,6 +289,13 @@ def failpoint(name: str) -> None:
         timer.start()
     else:
         os.kill(os.getpid(), kill)
+        if kill == getattr(signal, "SIGSTOP", None):
+            # Held here until a test sends its signal and SIGCONT. The kernel may hand that signal to another thread,
+            # whose C handler only flags it for the main thread: a moment's pause lets Python run the handler here,
+            # at the point the test chose, not some lines later.
+            import time
+
+            time.sleep(0.2)
 
 
 _hits: dict[str, int] = {}

@@ -263,6 +263,7 @@ def test_batch_counts_are_host_ints() -> None:
     assert data.tokens(torch.arange(5)) == int(b.inputs["mask"].sum())
 
 
+@pytest.mark.slow  # torch.compile's first compile (~25 s on 2 cores)
 def test_compile_trains_like_eager_and_saves_the_plain_model(tmp_path: Path) -> None:
     data = table(n=96)
     eager = make_trainer(tmp_path / "a", mlp(), batch_size=32, epochs=2)

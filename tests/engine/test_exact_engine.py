@@ -191,7 +191,7 @@ def test_each_epoch_end_writes_a_whole_checkpoint_and_best_json_names_the_best(t
                 "epoch": update // 2, "position": 0, "updates": update, "applied": update,
                 "consecutive_nonfinite": 0, "samples": 3 * update, "tokens": 0, "loss_terms": 3 * update,
                 "best_metric": v1["val_loss"], "best_update": 2, "bad_evals": bad, "last_eval_update": update,
-                "checkpoint_update": update, "stopped_early": False,
+                "checkpoint_update": update, "stopped_early": False, "planned_epochs": 2,
                 "loss_sum": loss, "loss_at_log": loss, "terms_at_log": 3 * update, "loss_at_eval": loss,
                 "terms_at_eval": 3 * update,
             },
@@ -696,7 +696,8 @@ def test_a_final_evaluation_that_finds_the_last_checkpoint_best_rewrites_its_met
         {
             "epoch": 1, "position": 4, "updates": 3, "applied": 3, "consecutive_nonfinite": 0, "samples": 10,
             "tokens": 0, "loss_terms": 10, "best_metric": v3["val_loss"], "best_update": 3, "bad_evals": 0,
-            "last_eval_update": 3, "checkpoint_update": 3, "stopped_early": False, "loss_sum": loss,
+            "last_eval_update": 3, "checkpoint_update": 3, "stopped_early": False, "planned_epochs": 2,
+            "loss_sum": loss,
             "loss_at_log": loss, "terms_at_log": 10, "loss_at_eval": loss, "terms_at_eval": 10,
         },
         rel=1e-5,

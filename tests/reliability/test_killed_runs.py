@@ -181,7 +181,7 @@ def test_the_next_train_stage_ends_the_mlflow_run_a_killed_one_left_running(tmp_
 
     from trainflow import processes, tracking
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = os.environ["MLFLOW_TRACKING_URI"]  # conftest's store
     root = tmp_path / "proj"
     root.mkdir()
     assert tracking.configure(root) == uri

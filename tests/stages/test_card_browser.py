@@ -45,6 +45,7 @@ def coloured(png: Path) -> int:
     return int(((rgb.max(axis=2) - rgb.min(axis=2)) > 60).sum())
 
 
+@pytest.mark.slow  # a pipeline and a headless Chromium (~15 s)
 def test_the_card_renders_its_plots_in_headless_chromium(csv_project: Path, tmp_path: Path) -> None:
     paths = Paths(csv_project)
     blobs(n=300, separation=1.5).to_csv(csv_project / "data/raw/blobs.csv", index=False)

@@ -62,10 +62,10 @@ def train(root: Path, env: dict[str, str] | None = None, expect: int = 0) -> str
     return proc.stderr
 
 
-# SIGTERM (what schedulers send) in the default tier; the other two signals take the same path, in the slow tier.
-@pytest.mark.parametrize(
-    "name", ["SIGTERM", pytest.param("SIGUSR1", marks=pytest.mark.slow), pytest.param("SIGINT", marks=pytest.mark.slow)]
-)
+# The slow tier (README line 2 has the 2-rank case, tests/engine/test_preempt_ranks.py, and update:3 of
+# test_preempt_anywhere.py's matrix is the same path at a fixed update).
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["SIGTERM", "SIGUSR1", "SIGINT"])
 def test_a_signal_at_a_random_update_checkpoints_there_and_the_rerun_ends_bitwise_equal(
     reference: tuple[Path, str], tmp_path: Path, name: str
 ) -> None:
@@ -96,7 +96,8 @@ def mlflow_statuses() -> list[str]:
 @pytest.mark.parametrize(
     ("point", "name", "to"),
     [
-        ("train-setup:1", "SIGTERM", "stage"),  # started, params read, no data read yet
+        # started, params read, no data read yet
+        pytest.param("train-setup:1", "SIGTERM", "stage", marks=pytest.mark.slow),
         ("train-fit:1", "SIGINT", "group"),  # set up, MLflow's run started; a terminal's Ctrl-C (the process group)
     ],
 )
@@ -115,6 +116,7 @@ def test_a_signal_before_training_ends_the_stage_with_75_and_nothing_written(
 
 
 @pytest.mark.skipif(not ON_LINUX, reason="finds the stopped process in /proc")
+@pytest.mark.slow  # and in test_preempt_anywhere.py's matrix (slow too): after the last update, 2 points x 3 signals
 def test_a_signal_after_the_last_update_ends_the_stage_with_0_its_outputs_written(
     reference: tuple[Path, str], tmp_path: Path
 ) -> None:

@@ -55,6 +55,7 @@ def in_a_fresh_python(line: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # a whole pipeline and four loads (~30 s); tests/unit/test_manifest.py holds the check in line 2
 def test_the_printed_load_line_and_predict_refuse_an_artifact_store_changed_to_run_planted_code(
     csv_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -208,6 +209,7 @@ def test_a_version_registered_as_models_from_code_is_read_as_data_and_its_code_n
     assert not marker.exists()
 
 
+@pytest.mark.slow  # two pipelines (~20 s)
 def test_register_flavor_code_stores_trainflow_s_code_only_when_asked(csv_project: Path, tmp_path: Path) -> None:
     """register.flavor: code registers the same model again, as MLflow models-from-code: trainflow's package is
     stored with it and MLflow's loading imports trainflow from there. The default version stays champion (the same

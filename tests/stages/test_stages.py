@@ -197,9 +197,12 @@ def _stage_killed_at(root: Path, stage: str, failpoint: str) -> None:
     ("stage", "failpoint"),
     [
         ("train", "update:3"),  # while training
-        ("train", "rename-final:1"),  # the exported model is complete, not yet in place
-        ("train", "rename-train_run.json:1"),  # the model is in place, the run record not yet
-        ("evaluate", "rename-test:1"),  # the test plots are complete, not yet in place
+        # the exported model is complete, not yet in place
+        pytest.param("train", "rename-final:1", marks=pytest.mark.slow),
+        # the model is in place, the run record not yet
+        pytest.param("train", "rename-train_run.json:1", marks=pytest.mark.slow),
+        # the test plots are complete, not yet in place
+        pytest.param("evaluate", "rename-test:1", marks=pytest.mark.slow),
         ("evaluate", "rename-metrics.json:1"),  # the plots are in place, the metrics not yet
     ],
 )

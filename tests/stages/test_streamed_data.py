@@ -21,6 +21,7 @@ from trainflow.data import stream
 from trainflow.data.preprocess import Preprocessor
 from trainflow.data.schema import ROW_KEY, Schema
 from trainflow.engine.data import MemmapData, TensorData
+from trainflow.io import read_json
 from trainflow.params import load_params, with_values, write_overrides
 from trainflow.paths import SPLITS, Paths
 from trainflow.predict import model_inputs
@@ -191,6 +192,7 @@ def test_train_shuffle_blocks_is_for_tables_and_auto_the_fix_it_suggests_resolve
     assert [sample_order(s, table, True) for s in ("rows", "blocks")] == ["rows", "blocks"]
 
 
+@pytest.mark.slow  # three trainings and a kill (~25 s); line 2 has the streamed resume (..._trains_the_in_memory_...)
 def test_a_streamed_training_sigkilled_mid_epoch_resumes_to_the_uninterrupted_weights(project: Path) -> None:
     """`trainflow stage train` streamed (a tiny data.memory_budget_mb), SIGKILLed in the middle of an epoch, inside
     its second checkpoint write, then run again: it resumes from the first, mid-epoch, and ends with the weights of
@@ -223,20 +225,27 @@ def test_a_streamed_training_sigkilled_mid_epoch_resumes_to_the_uninterrupted_we
 def test_a_streamed_evaluate_writes_the_in_memory_metrics_and_plots(
     project: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The test split scored a block of whole batches at a time (blocks of 3 batches of 8 rows): metrics.json,
-    per_class.csv and every plot CSV byte for byte as scored whole."""
+    """The test split scored a block of whole batches at a time (blocks of 3 batches of 8 rows): the model's
+    metrics exactly, per_class.csv and every plot CSV byte for byte as scored whole. (The baselines are fitted on
+    tables held in memory only: a streamed evaluate says so and writes none.)"""
+    from trainflow.baselines import split_metrics
+
     paths = Paths(project)
     train(project, "evaluate.batch_size=8")
     run_stage("evaluate", load_params(paths.params), paths)
     assert "test data" not in capsys.readouterr().err  # held in memory: the default budget
-    outputs = [paths.metrics, paths.per_class, *sorted(paths.test_plots.glob("*.csv"))]
+    outputs = [paths.per_class, *sorted(paths.test_plots.glob("*.csv"))]
     whole = {p.name: digest(p) for p in outputs}
+    own, fitted = split_metrics(read_json(paths.metrics))
+    assert set(fitted) == {"linear", "boosting"}
     monkeypatch.setattr(stream, "BLOCK_BYTES", 4 * pre_width(paths) * 24)
     write_overrides(paths.params, ["data.memory_budget_mb=0.001"])
     run_stage("evaluate", load_params(paths.params), paths)
-    assert "evaluate: test data streamed from disk (test:" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "evaluate: test data streamed from disk (test:" in err and "evaluate: no baselines: the table is" in err
     assert len(read_split(paths, "test")) > 24  # several blocks, the last one partial
     assert {p.name: digest(p) for p in outputs} == whole
+    assert read_json(paths.metrics) == own
 
 
 def pre_width(paths: Paths) -> int:

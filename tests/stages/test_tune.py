@@ -121,6 +121,7 @@ def test_a_killed_sweep_resumes_its_trial_and_suggests_what_the_uninterrupted_on
     assert list(trials(root)["trial"]) == list(range(10))
 
 
+@pytest.mark.slow  # a study of 8 trials, shared (~20 s); line 2: tests/unit/test_tune_in_process.py
 def test_pruned_trials_were_below_the_median_of_the_finished_ones_at_that_update(uninterrupted: Path) -> None:
     s = study(uninterrupted)
     ended = sorted((t for t in s.trials if t.state.name in ("COMPLETE", "PRUNED")), key=lambda t: t.number)
@@ -170,6 +171,7 @@ def test_two_commands_on_one_study_share_its_budget(tmp_path: Path) -> None:
     assert sorted(int(r.data.tags["trainflow.tune.trial"]) for r in children) == list(range(8))
 
 
+@pytest.mark.slow  # a study of 8 trials, shared (~20 s); line 2: tests/unit/test_tune_in_process.py
 def test_apply_writes_the_best_params_and_the_registered_version_names_its_trial(
     uninterrupted: Path, tmp_path: Path
 ) -> None:
@@ -200,6 +202,7 @@ def test_apply_writes_the_best_params_and_the_registered_version_names_its_trial
     assert version.tags["tune_trial"] == str(best["trial"]) and version.tags["tune_study"] == "trainflow"
 
 
+@pytest.mark.slow  # a study of 8 trials, shared (~20 s); line 2: tests/unit/test_tune_in_process.py
 def test_a_study_refuses_other_params_and_a_sweep_refuses_data_overrides(uninterrupted: Path, tmp_path: Path) -> None:
     root = tmp_path / "proj"
     shutil.copytree(uninterrupted, root)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import warnings
 from pathlib import Path
@@ -19,25 +20,6 @@ from conftest import model_run
 from trainflow import gate, manifest, registry, tracking
 from trainflow.errors import ParamsError, ServiceError, UserError
 from trainflow.params import RegisterParams
-
-
-@pytest.fixture(scope="module")
-def _empty_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An initialised, empty SQLite store: creating one takes seconds, copying it milliseconds."""
-    from mlflow.tracking import MlflowClient
-
-    db = tmp_path_factory.mktemp("mlflow") / "mlflow.db"
-    MlflowClient(tracking_uri=f"sqlite:///{db}").search_experiments()
-    return db
-
-
-@pytest.fixture(autouse=True)
-def _store_ready(tmp_path: Path, _empty_db: Path) -> None:
-    """Each test's store (conftest points MLflow at tmp_path/mlflow.db) starts as a copy of the empty one."""
-    import shutil
-
-    shutil.copy(_empty_db, tmp_path / "mlflow.db")
-
 
 FIX = "Fix params.yaml or the -S override, then rerun (`trainflow params schema` lists every field)."
 
@@ -67,7 +49,7 @@ def test_a_training_run_logs_exactly_its_flattened_params_its_tags_metrics_and_s
         "run_id": got.info.run_id,
         "experiment_id": experiment.experiment_id,
         "model_uri": None,
-        "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
+        "tracking_uri": os.environ["MLFLOW_TRACKING_URI"],  # conftest's store
         "tracking_error": None,
     }
     assert run.error is None
@@ -258,7 +240,7 @@ def test_configure_sets_short_http_retries_unless_the_environment_says_otherwise
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
     monkeypatch.delenv("MLFLOW_DISABLE_TELEMETRY", raising=False)
     uri = tracking.configure(tmp_path)
-    assert uri == f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert uri == os.environ["MLFLOW_TRACKING_URI"]  # conftest's store: the environment wins
     got = {k: os.environ[k] for k in [*tracking.HTTP_DEFAULTS, "MLFLOW_DISABLE_TELEMETRY"]}
     assert got == {
         "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",

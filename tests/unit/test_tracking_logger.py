@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
+import os
 import sys
 import threading
 import time
@@ -21,19 +21,11 @@ from trainflow.io import read_json
 from trainflow.tracking import MLflowLogger
 
 
-@pytest.fixture(scope="module")
-def _empty_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An initialised, empty SQLite store. Creating one takes about a second; copying it takes milliseconds."""
-    db = tmp_path_factory.mktemp("mlflow") / "mlflow.db"
-    MlflowClient(tracking_uri=f"sqlite:///{db}")
-    return db
-
-
 @pytest.fixture(autouse=True)
-def _store(tmp_path: Path, _empty_db: Path) -> Iterator[str]:
-    """A fresh SQLite store per test, set globally (other tests may have pointed mlflow elsewhere)."""
-    shutil.copy(_empty_db, tmp_path / "mlflow.db")
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def _store() -> Iterator[str]:
+    """The test's store (conftest's copy of an empty one), set globally (other tests may have pointed mlflow
+    elsewhere)."""
+    uri = os.environ["MLFLOW_TRACKING_URI"]
     mlflow.set_tracking_uri(uri)
     yield uri
     mlflow.set_tracking_uri(None)  # type: ignore[arg-type]
