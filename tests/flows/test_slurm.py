@@ -78,18 +78,26 @@ def preempt_and_wait(job: str, slurm: dict[str, str], paths: Paths, log: Path) -
     return log.read_text()
 
 
-def test_a_job_preempted_with_usr1_requeues_itself_and_resumes_to_the_uninterrupted_weights(
-    slurm: dict[str, str], tmp_path: Path
-) -> None:
-    root = make_project(tmp_path / "proj", {"data.source": "builtin:iris", "train.epochs": 300, "train.batch_size": 16,
-                                            "train.progress": "false", "train.log_every": 20})  # fmt: skip
+def split_and_trained(tmp_path: Path, settings: dict[str, object], train: list[str]) -> tuple[Path, Path]:
+    """An iris project with the Slurm scripts, ingested and split (`root`, for the job), and a copy of it trained
+    uninterrupted by the command `train` (`whole`, the weights the job must end with)."""
+    root = make_project(tmp_path / "proj", {"data.source": "builtin:iris", "train.progress": "false", **settings})
     shutil.copytree(REPO / "scripts/slurm", root / "scripts/slurm")
     paths = Paths(root)
     for stage in ("ingest", "split"):
         run_stage(stage, load_params(paths.params), paths)
     whole = Path(shutil.copytree(root, tmp_path / "whole"))
-    done = subprocess.run([str(BIN / "trainflow"), "stage", "train"], cwd=whole, capture_output=True, text=True)
+    done = subprocess.run(train, cwd=whole, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
+    return root, whole
+
+
+def test_a_job_preempted_with_usr1_requeues_itself_and_resumes_to_the_uninterrupted_weights(
+    slurm: dict[str, str], tmp_path: Path
+) -> None:
+    root, whole = split_and_trained(tmp_path, {"train.epochs": 300, "train.batch_size": 16, "train.log_every": 20},
+                                    [str(BIN / "trainflow"), "stage", "train"])  # fmt: skip
+    paths = Paths(root)
 
     submitted = subprocess.run(["sbatch", "--parsable", "scripts/slurm/train.sbatch"], cwd=root, env=slurm,
                                capture_output=True, text=True, check=True)  # fmt: skip
@@ -110,16 +118,10 @@ def test_multinode_sbatch_two_ranks_under_torchrun_preempted_with_usr1_requeue_a
     them): the ranks catch it all the same, stop after the same update, write preempted.json, and the job requeues."""
     from trainflow.engine.distributed import free_port
 
-    root = make_project(tmp_path / "proj", {"data.source": "builtin:iris", "train.epochs": 150, "train.batch_size": 8,
-                                            "train.progress": "false", "train.log_every": 50})  # fmt: skip
-    shutil.copytree(REPO / "scripts/slurm", root / "scripts/slurm")
-    paths = Paths(root)
-    for stage in ("ingest", "split"):
-        run_stage(stage, load_params(paths.params), paths)
-    whole = Path(shutil.copytree(root, tmp_path / "whole"))
     torchrun = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node=2", "-m", "trainflow", "stage", "train"]
-    done = subprocess.run(torchrun, cwd=whole, capture_output=True, text=True)  # the same launcher, uninterrupted
-    assert done.returncode == 0, done.stderr[-3000:]
+    root, whole = split_and_trained(tmp_path, {"train.epochs": 150, "train.batch_size": 8, "train.log_every": 50},
+                                    torchrun)  # the same launcher, uninterrupted  # fmt: skip
+    paths = Paths(root)
 
     env = {**slurm, "TRAINFLOW_PROCS_PER_NODE": "2", "TRAINFLOW_RDZV_PORT": str(free_port())}
     submitted = subprocess.run(["sbatch", "--parsable", "--nodes=1", "--gpus-per-node=0",
