@@ -101,6 +101,11 @@ def handled() -> Iterator[None]:
     unraisable, sys.unraisablehook = sys.unraisablehook, functools.partial(_swallowed, sys.unraisablehook)
     try:
         yield
+    except Exception as exc:
+        stop = _stop_in(exc)
+        if stop is None:
+            raise
+        raise _copy(stop) from exc
     finally:
         if run.exit_code is not None:
             # The process is ending: the handlers stay, so that an echo is still ignored and a second signal still
@@ -164,6 +169,20 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
         raise _copy(run.owed)
     if time.monotonic() - run.since > ECHO_S:
         end_now(run.exit_code, f"trainflow run: {sig.name} again: stopped at once. {RERUN}")
+
+
+def _stop_in(exc: BaseException) -> Interrupted | None:
+    """The stop that `exc` was raised in the wake of, if any: Python wraps an exception raised inside a descriptor's
+    `__set_name__` (a class being created while a module imports) in a RuntimeError, and libraries re-raise what they
+    catch as their own errors; the run still ends by the signal, with its line and code, not a traceback."""
+    seen: set[int] = set()
+    at: BaseException | None = exc
+    while at is not None and id(at) not in seen:
+        if isinstance(at, Interrupted):
+            return at
+        seen.add(id(at))
+        at = at.__cause__ or at.__context__
+    return None
 
 
 def _copy(owed: Interrupted) -> Interrupted:

@@ -22,8 +22,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 # The run: inside `handled()`, it says "ready" and waits for a signal. STUCK makes it catch the Interrupted and hang
 # (what Prefect did, retrying a server that was gone), AFTER_STAGE has the stage note a signal and finish. IN_DEL says
-# "ready" inside a `__del__`, where a raised exception is dropped; PREFECT under Prefect's own SIGTERM handler;
-# SWALLOWED swallows it, then goes on to the next stage.
+# "ready" inside a `__del__`, where a raised exception is dropped; SET_NAME inside a descriptor's `__set_name__`, where
+# Python wraps it; PREFECT under Prefect's own SIGTERM handler; SWALLOWED swallows it, then goes on to the next stage.
 RUN = textwrap.dedent(
     """
     import contextlib, os, signal, sys, time
@@ -37,31 +37,43 @@ RUN = textwrap.dedent(
             print("ready", flush=True)
             time.sleep(2)
 
+    class Slow:  # a descriptor: Python calls __set_name__ as the class that holds one is created
+        def __set_name__(self, owner, name):
+            print("ready", flush=True)
+            time.sleep(2)
+
     if os.environ.get("PREFECT"):
         from prefect.utilities.engine import capture_sigterm as prefects
     else:
         prefects = contextlib.nullcontext
-    with interrupts.handled():
-        try:
-            with prefects():
-                if os.environ.get("IN_DEL"):
-                    Dropped()  # dropped at once: __del__ runs here, in the main thread
-                else:
-                    print("ready", flush=True)
-            if os.environ.get("AFTER_STAGE"):  # as tasks/train.py: the stage's Watch notes it after the last update
-                with prefects(), watching(["SIGTERM"], finished=partial(interrupts.stop_after_stage, stage="train")):
-                    os.kill(os.getpid(), signal.SIGTERM)
-                interrupts.between_stages()
-            if os.environ.get("SWALLOWED"):  # a stage's code swallows it; the flow records the stage
-                with contextlib.suppress(BaseException):
-                    time.sleep(60)
-                interrupts.between_stages()
-            time.sleep(60)
-        except interrupts.Interrupted as exc:
-            if os.environ.get("STUCK"):
+    try:  # as trainflow.cli._main around `handled()`
+        with interrupts.handled():
+            try:
+                with prefects():
+                    if os.environ.get("IN_DEL"):
+                        Dropped()  # dropped at once: __del__ runs here, in the main thread
+                    elif os.environ.get("SET_NAME"):  # as a module being imported defines a dataclass
+                        class Holder:
+                            field = Slow()
+                    else:
+                        print("ready", flush=True)
+                if os.environ.get("AFTER_STAGE"):  # as tasks/train.py: the stage's Watch notes it after the last update
+                    finished = partial(interrupts.stop_after_stage, stage="train")
+                    with prefects(), watching(["SIGTERM"], finished=finished):
+                        os.kill(os.getpid(), signal.SIGTERM)
+                    interrupts.between_stages()
+                if os.environ.get("SWALLOWED"):  # a stage's code swallows it; the flow records the stage
+                    with contextlib.suppress(BaseException):
+                        time.sleep(60)
+                    interrupts.between_stages()
                 time.sleep(60)
-            print(exc.message, file=sys.stderr)
-            sys.exit(exc.exit_code)
+            except interrupts.Interrupted:
+                if os.environ.get("STUCK"):
+                    time.sleep(60)
+                raise
+    except interrupts.Interrupted as exc:
+        print(exc.message, file=sys.stderr)
+        sys.exit(exc.exit_code)
     """
 )
 
@@ -141,6 +153,14 @@ def test_a_stop_raised_where_python_drops_exceptions_is_delivered_again(prefects
     flow."""
     proc = start(IN_DEL="1", **({"PREFECT": "1"} if prefects else {}))
     os.killpg(proc.pid, signal.SIGTERM)
+    assert ended(proc) == (75, f"preempted: SIGTERM received: the stage in progress is redone. {RERUN}")
+
+
+def test_a_stop_raised_inside_a_descriptor_s_set_name_ends_the_run_by_the_signal_not_python_s_runtime_error() -> None:
+    """SIGTERM while a module was importing (a dataclass field's `__set_name__` in OpenTelemetry, under Prefect): Python
+    3.11 re-raises it as "RuntimeError: Error calling __set_name__", and the run ended with a traceback, exit 1."""
+    proc = start(SET_NAME="1")
+    os.kill(proc.pid, signal.SIGTERM)
     assert ended(proc) == (75, f"preempted: SIGTERM received: the stage in progress is redone. {RERUN}")
 
 
