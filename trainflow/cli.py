@@ -277,8 +277,18 @@ def _main(argv: Sequence[str] | None) -> int:
             print(note, file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt as exc:  # in `trainflow run`, any of its stop signals (flows/interrupts.py: Interrupted)
-        print(getattr(exc, "message", "interrupted; finished outputs are intact, rerun to continue"), file=sys.stderr)
-        return int(getattr(exc, "exit_code", 130))
+        message = getattr(exc, "message", "interrupted; finished outputs are intact, rerun to continue")
+        code = int(getattr(exc, "exit_code", 130))
+        if argv is None and hasattr(exc, "exit_code"):
+            # A stopped `trainflow run` is done: its outputs are written and renamed, Prefect's services flushed
+            # (interrupts.handled). What is left would free the abandoned work (the traceback's frames, then the
+            # interpreter's teardown) and run its finalizers: a half-made progress callback's __del__ once printed a
+            # traceback after the one line.
+            from flows.interrupts import end_now
+
+            end_now(code, message)
+        print(message, file=sys.stderr)
+        return code
     except BrokenPipeError:
         raise  # the reader went away: main() ends quietly
     except Exception:  # noqa: BLE001 - last-resort handler: show the traceback, exit 1

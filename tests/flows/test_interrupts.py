@@ -78,8 +78,32 @@ RUN = textwrap.dedent(
 )
 
 
+# `trainflow run` itself, its stages replaced by a wait: the CLI's way out of a stopped run. Abandoned is what a stop
+# leaves half-made (a progress callback of fsspec's, whose __del__ failed once the stop's traceback was freed).
+CLI = textwrap.dedent(
+    """
+    import sys, time
+    from trainflow import cli
+
+    class Abandoned:
+        def __del__(self):
+            raise AttributeError("'function' object has no attribute 'close'")
+
+    def stages(args):
+        abandoned = Abandoned()  # freed with the traceback of the stop
+        print("ready", flush=True)
+        time.sleep(60)
+
+    cli._dispatch = stages
+    sys.argv = ["trainflow", "run"]
+    sys.exit(cli.main())
+    """
+)
+
+
 def start(**env: str) -> subprocess.Popen[str]:
-    proc = subprocess.Popen([sys.executable, "-c", RUN], cwd=REPO, env={**os.environ, **env}, text=True,
+    run = CLI if env.pop("CLI", None) else RUN
+    proc = subprocess.Popen([sys.executable, "-c", run], cwd=REPO, env={**os.environ, **env}, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
     assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
     return proc
@@ -162,6 +186,12 @@ def test_a_stop_raised_inside_a_descriptor_s_set_name_ends_the_run_by_the_signal
     proc = start(SET_NAME="1")
     os.kill(proc.pid, signal.SIGTERM)
     assert ended(proc) == (75, f"preempted: SIGTERM received: the stage in progress is redone. {RERUN}")
+
+
+def test_a_stopped_run_ends_with_its_line_alone_not_with_what_freeing_the_abandoned_work_prints() -> None:
+    proc = start(CLI="1")
+    os.killpg(proc.pid, signal.SIGINT)
+    assert ended(proc) == (130, f"interrupted: {RERUN}")
 
 
 def test_a_stop_that_a_stage_swallowed_is_raised_again_where_the_flow_goes_on_to_the_next_stage() -> None:
