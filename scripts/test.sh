@@ -13,7 +13,9 @@ if [ "${1:-}" = "--slow" ]; then
     -c <(echo "torch==$(python -W ignore -c "import torch; print(torch.__version__.split('+')[0])")")
   # The slow tier's longest tests (a cron's minutes, fresh clones, chains of `dvc repro`) get twice the default limit.
   # Two workers as below: most of the slow tier waits on subprocesses and servers (Slurm's queue, a cron's minute).
-  OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" exec python -m pytest -q -m slow -n 2 --dist loadfile --timeout 1200 "$@"
+  # Files go to them longest first (tests/conftest.py: SLOW_LONGEST_FIRST), not xdist's most-tests-first.
+  OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" exec python -m pytest -q -m slow -n 2 --dist loadfile --no-loadscope-reorder \
+    --timeout 1200 "$@"
 fi
 ruff check .
 ruff format --check .

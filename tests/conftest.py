@@ -56,6 +56,29 @@ os.environ.pop("PREFECT_API_URL", None)
 # session-long capture (~1 s per worker).
 import prefect.main  # noqa: E402, F401
 
+# The slow tier's files, longest first (each file's total in a `--durations=0` run of it): scripts/test.sh --slow
+# hands whole files to its two workers in this order (--no-loadscope-reorder), so that the last to start are short
+# and neither worker runs a long file alone at the end. Order only: files not named here run after these, as collected.
+SLOW_LONGEST_FIRST = tuple(
+    f"tests/{name}.py"
+    for name in (
+        "stages/test_preempt_anywhere", "flows/test_slurm", "stages/test_tune", "reliability/test_kill_anywhere",
+        "flows/test_preempt_flow", "stages/test_verify", "flows/test_interrupt_run", "stages/test_distributed_stage",
+        "flows/test_your_data_flows", "flows/test_scheduled_crash", "reliability/test_twice_at_once",
+        "reliability/test_tracking_outage", "stages/test_tune_ray", "stages/test_tune_faults",
+        "flows/test_retrain_script", "stages/test_images", "stages/test_preempt", "flows/test_data_trigger",
+        "reliability/test_disk_full", "reliability/test_corrupt_files", "engine/test_distributed",
+        "flows/test_deployment", "engine/test_crash_resume",
+    )
+)  # fmt: skip
+assert all((REPO / path).is_file() for path in SLOW_LONGEST_FIRST), "a file moved: name it anew in SLOW_LONGEST_FIRST"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {path: n for n, path in enumerate(SLOW_LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.partition("::")[0], len(rank)))  # stable: a file keeps its order
+
+
 # dvc.yaml runs `trainflow stage ...` through the shell: make this interpreter's scripts reachable.
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 

@@ -52,13 +52,16 @@ def test_changes_run_to_completion_with_trainflow_run(
         assert "up to date" in dvc_status(root)
 
 
-@pytest.mark.slow  # five full `dvc repro`s: ~2.5 minutes
+@pytest.mark.slow  # three full `dvc repro`s: ~2 minutes
 def test_changes_run_to_completion_with_dvc_repro(tmp_path: Path) -> None:
+    """A new target whose integers are classes, then the task set by hand: both drivers ask DVC what changed
+    (tasks/dvc.py), so the other two changes, which `trainflow run` makes above, would add two more `dvc repro`s and
+    nothing else."""
     from trainflow.params import write_overrides
 
     root = tips_project(tmp_path)
     dvc(root, "repro")
-    for overrides, task in CHANGES:
+    for overrides, task in CHANGES[1:3]:  # each change stays: the second is made on the first
         write_overrides(root / "params.yaml", overrides)
         out = dvc(root, "repro")  # fails the test (with DVC's output) if any stage fails
         assert "Running stage 'train'" in out and read_json(Paths(root).split_schema)["task"] == task, overrides
