@@ -115,6 +115,15 @@ def _empty_mlflow_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return db
 
 
+def _forget_set_tracking_uri() -> None:
+    """Drop what `mlflow.set_tracking_uri` left in this worker (trainflow.tracking.configure in an in-process stage,
+    a chaos check pointing at its server): it outranks MLFLOW_TRACKING_URI, so a later test's client would reach an
+    earlier test's store, or its stopped server. Only when mlflow is imported already: importing it costs seconds."""
+    utils = sys.modules.get("mlflow.tracking._tracking_service.utils")
+    if utils is not None:
+        utils._tracking_uri = None  # type: ignore[attr-defined]
+
+
 @pytest.fixture(autouse=True)
 def _isolated_tracking(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, _empty_mlflow_store: Path) -> Iterator[None]:
     """Each test's own MLflow store (MLFLOW_TRACKING_URI), a copy of an empty one, beside tmp_path rather than in it:
@@ -124,8 +133,10 @@ def _isolated_tracking(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, _empty_m
     shutil.copyfile(_empty_mlflow_store, store)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store}")
     monkeypatch.delenv("TRAINFLOW_ROOT", raising=False)
+    _forget_set_tracking_uri()
     before = _tracking_dirs()
     yield
+    _forget_set_tracking_uri()
     # An experiment created in a test's fresh database keeps its artifacts in ./mlruns of the working directory: a
     # test that logs from the repo's directory writes there. Caught here, by the test that did it.
     leaked = sorted(_tracking_dirs() - before)
