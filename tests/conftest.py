@@ -235,6 +235,53 @@ def csv_project(tmp_path: Path) -> Iterator[Path]:
     yield root
 
 
+def run_blobs_once(base: Path, empty_store: Path, data: pd.DataFrame) -> Path:
+    """csv_project's project on `data`, run through every stage in-process once, in base/work/proj, and kept as
+    base/pristine with its MLflow store as base/mlflow.db: what a module fixture builds for `fresh_copy` to hand out.
+    A whole run is seconds; a module's tests that start from a finished run share one."""
+    from trainflow.params import load_params
+    from trainflow.paths import Paths
+    from trainflow.stages import STAGES, run_stage
+
+    root = make_project(
+        base / "work" / "proj",
+        {"data.source": "data/raw/blobs.csv", "data.target": "label", "register.model_name": "blobs", **FAST},
+    )
+    data.to_csv(root / "data/raw/blobs.csv", index=False)
+    shutil.copyfile(empty_store, base / "mlflow.db")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{base / 'mlflow.db'}")
+        paths = Paths(root)
+        for stage in STAGES:
+            run_stage(stage, load_params(paths.params), paths)
+    _forget_set_tracking_uri()
+    shutil.copytree(root, base / "pristine", symlinks=True)
+    return base
+
+
+def fresh_copy(base: Path) -> Path:
+    """A fresh copy of run_blobs_once's project, and of its MLflow store as the running test's (MLFLOW_TRACKING_URI).
+    The copy goes back to the path it ran at, since the store holds absolute artifact paths under it: so a module's
+    tests that use it must run one after another (as they do: --dist loadfile keeps a file on one worker)."""
+    work = base / "work"
+    shutil.rmtree(work)
+    shutil.copytree(base / "pristine", work / "proj", symlinks=True)
+    shutil.copyfile(base / "mlflow.db", os.environ["MLFLOW_TRACKING_URI"].removeprefix("sqlite:///"))
+    return work / "proj"
+
+
+@pytest.fixture(scope="module")
+def _blobs_run_once(tmp_path_factory: pytest.TempPathFactory, _empty_mlflow_store: Path) -> Path:
+    return run_blobs_once(tmp_path_factory.mktemp("blobs-run"), _empty_mlflow_store, blobs())
+
+
+@pytest.fixture
+def trained(_blobs_run_once: Path, _isolated_tracking: None) -> Path:
+    """csv_project after one whole pipeline run (version 1 of "blobs", its champion), a fresh copy per test: the run
+    is made once per module."""
+    return fresh_copy(_blobs_run_once)
+
+
 def retrain(root: Path, seed: int) -> None:
     """A new training run, as after new data or params: the same model, trained from another seed (new weights)."""
     from trainflow.params import load_params, write_overrides

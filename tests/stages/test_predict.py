@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import FAST, blobs, make_project, wait_for_http
+from conftest import FAST, blobs, fresh_copy, make_project, run_blobs_once, wait_for_http
 
 from trainflow import cli
 from trainflow.baselines import split_metrics
@@ -46,12 +46,17 @@ def predict_test_split(paths: Paths, monkeypatch: pytest.MonkeyPatch, model: str
     )
 
 
-@pytest.fixture
-def blobs_run(csv_project: Path) -> Paths:
+@pytest.fixture(scope="module")
+def _overlapping_run_once(tmp_path_factory: pytest.TempPathFactory, _empty_mlflow_store: Path) -> Path:
     # Overlapping blobs: the model gets some rows wrong, so every metric (macro vs micro F1, log-loss) is tested on
     # imperfect predictions.
-    blobs(separation=1.2).to_csv(csv_project / "data/raw/blobs.csv", index=False)
-    return run_pipeline(csv_project)
+    return run_blobs_once(tmp_path_factory.mktemp("predict-run"), _empty_mlflow_store, blobs(separation=1.2))
+
+
+@pytest.fixture
+def blobs_run(_overlapping_run_once: Path, _isolated_tracking: None) -> Paths:
+    """The whole pipeline's outputs on overlapping blobs, a fresh copy per test (run once per module)."""
+    return Paths(fresh_copy(_overlapping_run_once))
 
 
 @pytest.mark.parametrize("output", ["out.parquet", "out.csv", "out.jsonl"])

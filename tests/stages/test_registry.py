@@ -53,18 +53,17 @@ def aliases(name: str) -> dict[str, str]:
     return {alias: str(v) for alias, v in MlflowClient().get_registered_model(name).aliases.items()}
 
 
-def test_every_version_is_challenger_and_a_worse_one_leaves_the_champion(csv_project: Path) -> None:
-    point_rule(csv_project)  # the accuracy below is made up: the point rule reads it, the paired one re-scores
-    run_all(csv_project)
-    paths = Paths(csv_project)
+def test_every_version_is_challenger_and_a_worse_one_leaves_the_champion(trained: Path) -> None:
+    point_rule(trained)  # the accuracy below is made up: the point rule reads it, the paired one re-scores
+    paths = Paths(trained)
     first = read_json(paths.registration)
     assert first["champion"] is True and first["previous_champion"] is None
     assert aliases("blobs") == {"champion": "1", "challenger": "1"}
 
     metrics = read_json(paths.metrics)
-    retrain(csv_project, seed=1)  # a new training run: a new version
+    retrain(trained, seed=1)  # a new training run: a new version
     write_json(paths.metrics, {**metrics, "accuracy": metrics["accuracy"] - 0.05})
-    run_all(csv_project, ("register",))
+    run_all(trained, ("register",))
     reg = read_json(paths.registration)
     assert aliases("blobs") == {"champion": "1", "challenger": "2"}
     assert reg["champion"] is False and reg["champion_version"] == 1
@@ -82,19 +81,18 @@ def test_every_version_is_challenger_and_a_worse_one_leaves_the_champion(csv_pro
         assert tags[key], key
 
 
-def test_a_changed_test_split_rescores_the_champion_first(csv_project: Path) -> None:
-    point_rule(csv_project)  # the rule that reads tags when the split is the same, and re-scores when it is not
-    run_all(csv_project)
-    paths = Paths(csv_project)
-    old_model = csv_project.parent / "v1_model"
+def test_a_changed_test_split_rescores_the_champion_first(trained: Path) -> None:
+    point_rule(trained)  # the rule that reads tags when the split is the same, and re-scores when it is not
+    paths = Paths(trained)
+    old_model = trained.parent / "v1_model"
     shutil.copytree(paths.final, old_model)
     old_hash = read_json(paths.registration)["tags"]["test_data_hash"]
     old_n_test = read_json(paths.metrics)["n_test"]
 
     # New data arrives: the test split grows (old test rows keep their split), so its hash changes.
     grown = pd.concat([blobs(), blobs(n=120, seed=1)], ignore_index=True)
-    grown.to_csv(csv_project / "data/raw/blobs.csv", index=False)
-    run_all(csv_project)
+    grown.to_csv(trained / "data/raw/blobs.csv", index=False)
+    run_all(trained)
     reg = read_json(paths.registration)
     assert reg["tags"]["test_data_hash"] != old_hash
     assert reg["rescored"] is True and reg["previous_champion"] == 1, reg["decision"]
@@ -107,16 +105,15 @@ def test_a_changed_test_split_rescores_the_champion_first(csv_project: Path) -> 
     assert reg["champion"] is (reg["value"] > expected["accuracy"])  # and the gate decided on it
 
 
-def test_a_champion_that_cannot_be_rescored_stays(csv_project: Path) -> None:
-    run_all(csv_project)
-    paths = Paths(csv_project)
+def test_a_champion_that_cannot_be_rescored_stays(trained: Path) -> None:
+    paths = Paths(trained)
     test = pd.read_parquet(paths.split_file("test"))
     test.iloc[:-1].to_parquet(paths.split_file("test"), index=False)  # a different test split...
-    shutil.rmtree(csv_project / "mlartifacts")  # ...and the champion's files are gone
+    shutil.rmtree(trained / "mlartifacts")  # ...and the champion's files are gone
     metrics = read_json(paths.metrics)
-    retrain(csv_project, seed=1)
+    retrain(trained, seed=1)
     write_json(paths.metrics, {**metrics, "accuracy": metrics["accuracy"] + 0.5})  # a "better" challenger
-    run_all(csv_project, ("register",))
+    run_all(trained, ("register",))
     reg = read_json(paths.registration)
     assert reg["champion"] is False and reg["champion_version"] == 1
     assert "could not be re-scored" in reg["decision"]
@@ -189,11 +186,8 @@ def _register_twice_at_once(
     return results, errors
 
 
-def test_two_registrations_at_once_leave_exactly_one_champion(
-    csv_project: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    run_all(csv_project, ("ingest", "split", "train", "evaluate"))
-    results, errors = _register_twice_at_once(Paths(csv_project), monkeypatch)
+def test_two_registrations_at_once_leave_exactly_one_champion(trained: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    results, errors = _register_twice_at_once(Paths(trained), monkeypatch)
     assert not errors, errors
     assert sorted(r["version"] for r in results) == [1, 2]
     winners = [r for r in results if r["champion"]]
@@ -203,12 +197,11 @@ def test_two_registrations_at_once_leave_exactly_one_champion(
     assert loser["previous_champion"] == winners[0]["version"]
 
 
-def test_without_the_lock_the_race_is_lost(csv_project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_the_lock_the_race_is_lost(trained: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The race above is real: with the lock removed, both registrations see no champion and both claim it, or
     MLflow itself fails on the simultaneous alias writes (seen about one run in three)."""
-    run_all(csv_project, ("ingest", "split", "train", "evaluate"))
     monkeypatch.setattr(registry, "registry_lock", lambda _uri: contextlib.nullcontext())
-    results, errors = _register_twice_at_once(Paths(csv_project), monkeypatch)
+    results, errors = _register_twice_at_once(Paths(trained), monkeypatch)
     assert errors or [r["champion"] for r in results] == [True, True]
 
 
@@ -247,14 +240,13 @@ def _relabel(test: pd.DataFrame, every: int) -> pd.DataFrame:
     ],
 )
 def test_the_gate_after_a_rescore_follows_the_rescored_metric(
-    csv_project: Path, champion_tag: float, margin: float, promoted: bool
+    trained: Path, champion_tag: float, margin: float, promoted: bool
 ) -> None:
-    point_rule(csv_project)  # the accuracy below is made up: the point rule reads it, the paired one re-scores
+    point_rule(trained)  # the accuracy below is made up: the point rule reads it, the paired one re-scores
     from mlflow.tracking import MlflowClient
 
-    run_all(csv_project)
-    paths = Paths(csv_project)
-    old_model = csv_project.parent / "v1_model"
+    paths = Paths(trained)
+    old_model = trained.parent / "v1_model"
     shutil.copytree(paths.final, old_model)
     # The champion's tagged accuracy, as if measured on an older split; the gate must not look at it.
     MlflowClient().set_model_version_tag("blobs", "1", "metric.accuracy", repr(champion_tag))
@@ -263,11 +255,11 @@ def test_the_gate_after_a_rescore_follows_the_rescored_metric(
     # The champion on the new split, scored independently of register (as evaluate scores).
     rescored, _ = score(ExportedModel.load(old_model), test, "test", 1024)
     metrics = read_json(paths.metrics)
-    retrain(csv_project, seed=1)
+    retrain(trained, seed=1)
     challenger = rescored["accuracy"] + margin
     assert (challenger > champion_tag) is not promoted  # the tag alone would decide the other way
     write_json(paths.metrics, {**metrics, "accuracy": challenger})
-    run_all(csv_project, ("register",))
+    run_all(trained, ("register",))
 
     reg = read_json(paths.registration)
     assert reg["rescored"] is True and reg["previous_champion"] == 1
@@ -570,30 +562,30 @@ def test_a_rescore_failure_while_the_registry_is_down_decides_nothing(
 # --- one registered name, one kind of model (issue 27, item 6) -------------------------------------------------------
 
 
-def test_a_name_holds_one_kind_of_model_and_auto_names_new_data_after_itself(csv_project: Path) -> None:
+def test_a_name_holds_one_kind_of_model_and_auto_names_new_data_after_itself(trained: Path) -> None:
     from mlflow.tracking import MlflowClient
 
     from trainflow.errors import UserError
 
-    run_all(csv_project)  # blobs: 'label', classification, registered as "blobs" (the fixture names it)
+    # trained: blobs, 'label', classification, registered as "blobs" (the fixture names it)
     client = MlflowClient()
     assert client.get_registered_model("blobs").tags.items() >= {"target": "label", "task": "classification"}.items()
     # The user's next data set is a regression table; register.model_name stays "blobs" (an earlier -S, say).
     rng = np.random.default_rng(0)
     x = rng.normal(0, 1, 200)
-    pd.DataFrame({"x": x, "z": rng.normal(0, 1, 200), "y": 2 * x}).to_csv(csv_project / "data/raw/r.csv", index=False)
-    paths = Paths(csv_project)
+    pd.DataFrame({"x": x, "z": rng.normal(0, 1, 200), "y": 2 * x}).to_csv(trained / "data/raw/r.csv", index=False)
+    paths = Paths(trained)
     write_overrides(paths.params, ["data.source=data/raw/r.csv", "data.target=y", "train.monitor=val_loss"])
-    run_all(csv_project, ("ingest", "split", "train", "evaluate"))
+    run_all(trained, ("ingest", "split", "train", "evaluate"))
     with pytest.raises(UserError) as refused:
-        run_all(csv_project, ("register",))
+        run_all(trained, ("register",))
     message = str(refused.value)
     assert "'blobs' holds models predicting 'label' (classification); this run predicts 'y' (regression)" in message
     assert "-S register.model_name=auto" in message
     assert [int(v.version) for v in client.search_model_versions("name='blobs'")] == [1]  # nothing added to it
     # The advice, followed: auto names the model after its data, and the first run on it just works.
     write_overrides(paths.params, ["register.model_name=auto"])
-    run_all(csv_project, ("register",))
+    run_all(trained, ("register",))
     reg = read_json(paths.registration)
     assert reg["model_name"] == "r-y" and reg["version"] == 1 and reg["champion"] is True
     assert client.get_registered_model("r-y").tags.items() >= {"target": "y", "task": "regression"}.items()
@@ -683,17 +675,16 @@ def test_the_paired_gate_promotes_a_real_improvement_and_not_a_reseeded_twin(csv
             assert old.mean() < 0.6 < 0.85 < new.mean() and c["low"] > 0.2
 
 
-def test_after_new_rows_the_comparison_shows_the_new_rows_slice_and_each_class(csv_project: Path) -> None:
+def test_after_new_rows_the_comparison_shows_the_new_rows_slice_and_each_class(trained: Path) -> None:
     """10% new rows appended, then a retrain: the comparison's slices hold the test rows the champion's split did not
     have (found here by their values), the ones it had, and each class, with both models' accuracy on each."""
-    paths = Paths(csv_project)
-    run_all(csv_project)
-    champion_model = csv_project.parent / "champion"
+    paths = Paths(trained)
+    champion_model = trained.parent / "champion"
     shutil.copytree(paths.final, champion_model)
     first = blobs()
     appended = blobs(n=24, seed=1)
-    pd.concat([first, appended], ignore_index=True).to_csv(csv_project / "data/raw/blobs.csv", index=False)
-    run_all(csv_project)
+    pd.concat([first, appended], ignore_index=True).to_csv(trained / "data/raw/blobs.csv", index=False)
+    run_all(trained)
 
     reg = read_json(paths.registration)
     slices = {s["slice"]: s for s in reg["comparison"]["slices"]}
@@ -730,7 +721,7 @@ def test_after_new_rows_the_comparison_shows_the_new_rows_slice_and_each_class(c
     assert f"| rows new since the champion's split | {new['rows']} | accuracy | {new['challenger']:.4g} |" in card
 
 
-def test_each_run_says_what_changed_since_the_champion(csv_project: Path) -> None:
+def test_each_run_says_what_changed_since_the_champion(trained: Path) -> None:
     """Why a run ran (issue 27 item 2), against the champion: rows appended to the data file, a param, code (a commit
     touching trainflow/), or nothing at all; in registration.json, the registry artifact and the run's MLflow tag."""
     import subprocess
@@ -739,19 +730,19 @@ def test_each_run_says_what_changed_since_the_champion(csv_project: Path) -> Non
 
     from trainflow import report
 
-    paths = Paths(csv_project)
+    paths = Paths(trained)
 
     def register_again(*overrides: str) -> dict[str, Any]:
         write_overrides(paths.params, list(overrides))
-        run_all(csv_project)
+        run_all(trained)
         return read_json(paths.registration)["why"]  # type: ignore[no-any-return]
 
-    first = register_again()
+    first = read_json(paths.registration)["why"]  # the fixture's run
     assert first["compared_with"] is None and "first version" in first["summary"]
     assert register_again()["summary"].startswith("nothing changed since champion version 1")
 
     rows = blobs()
-    pd.concat([rows, blobs(n=24, seed=1)], ignore_index=True).to_csv(csv_project / "data/raw/blobs.csv", index=False)
+    pd.concat([rows, blobs(n=24, seed=1)], ignore_index=True).to_csv(trained / "data/raw/blobs.csv", index=False)
     grown = register_again()
     assert grown["data"] == [f"data/raw/blobs.csv: +24 rows ({len(rows)} -> {len(rows) + 24})"], grown
     assert grown["params"] == [] and grown["code"] == []
@@ -769,9 +760,9 @@ def test_each_run_says_what_changed_since_the_champion(csv_project: Path) -> Non
     run = MlflowClient().get_run(reg["tags"]["mlflow_run_id"])
     assert run.data.tags["trainflow.why"] == changed["summary"]
 
-    (csv_project / "trainflow_note.py").write_text("# a user model file would be here\n")
-    subprocess.run(["git", "add", "-A"], cwd=csv_project, check=True, capture_output=True)
-    subprocess.run(["git", "commit", "-qm", "code"], cwd=csv_project, check=True, capture_output=True)
+    (trained / "trainflow_note.py").write_text("# a user model file would be here\n")
+    subprocess.run(["git", "add", "-A"], cwd=trained, check=True, capture_output=True)
+    subprocess.run(["git", "commit", "-qm", "code"], cwd=trained, check=True, capture_output=True)
     coded = register_again("train.lr=0.004")
     assert "trainflow_note.py" in coded["code"], coded
 
@@ -867,19 +858,18 @@ def test_after_a_split_seed_change_the_gate_compares_only_test_rows_the_champion
 
 
 @pytest.mark.slow  # two trainings; the rule itself: test_rows_the_champion_trained_on_are_left_out_of_either_rule
-def test_a_champion_whose_split_cannot_be_found_stays_and_its_advice_promotes_by_hand(csv_project: Path) -> None:
+def test_a_champion_whose_split_cannot_be_found_stays_and_its_advice_promotes_by_hand(trained: Path) -> None:
     """split.seed changed and the champion's splits are nowhere (no DVC cache): which test rows it trained on is
     unknown, so nothing is compared; the decision says so, and its advice, followed, makes the challenger champion."""
     from mlflow.tracking import MlflowClient
 
     from trainflow import cli
 
-    run_all(csv_project)
-    paths = Paths(csv_project)
+    paths = Paths(trained)
     write_overrides(paths.params, ["split.seed=1"])
-    run_all(csv_project, ("split", "train", "evaluate"))
-    shutil.rmtree(csv_project / ".dvc" / "cache", ignore_errors=True)
-    run_all(csv_project, ("register",))
+    run_all(trained, ("split", "train", "evaluate"))
+    shutil.rmtree(trained / ".dvc" / "cache", ignore_errors=True)
+    run_all(trained, ("register",))
     reg = read_json(paths.registration)
     n = len(pd.read_parquet(paths.split_file("test")))
     assert reg["champion"] is False and reg["comparison"] is None and reg["previous_champion"] == 1

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -71,34 +73,32 @@ def test_pipeline_outputs_and_lineage(csv_project: Path) -> None:
     assert list(served["prediction"]) == list(confusion["predicted"])
 
 
-def test_champion_moves_only_when_the_gate_metric_improves(csv_project: Path) -> None:
+def test_champion_moves_only_when_the_gate_metric_improves(trained: Path) -> None:
     """register.decide: point (the accuracies below are made up: the paired rule re-scores both models instead)."""
     from trainflow.params import write_overrides
 
-    write_overrides(Paths(csv_project).params, ["register.decide=point"])
-    run_all(csv_project)
-    paths = Paths(csv_project)
+    write_overrides(Paths(trained).params, ["register.decide=point"])
+    paths = Paths(trained)
     metrics = read_json(paths.metrics)
     for seed, accuracy, champion_after in ((1, metrics["accuracy"], "1"), (2, metrics["accuracy"] - 0.1, "1"),
                                            (3, metrics["accuracy"] + 0.01, "4")):  # equal, worse, better  # fmt: skip
-        retrain(csv_project, seed=seed)  # a new training run: a new version
+        retrain(trained, seed=seed)  # a new training run: a new version
         write_json(paths.metrics, {**metrics, "accuracy": accuracy})
-        run_all(csv_project, ("register",))
+        run_all(trained, ("register",))
         assert champion("blobs") == champion_after
     assert read_json(paths.registration)["version"] == 4
     assert read_json(paths.registration)["previous_champion"] == 1
 
 
-def test_a_run_registers_one_version_however_often_register_runs(csv_project: Path) -> None:
+def test_a_run_registers_one_version_however_often_register_runs(trained: Path) -> None:
     """A rerun of register on an unchanged run, and a retry after a partial success, create no second version."""
     from mlflow.tracking import MlflowClient
 
     from trainflow import registry
 
-    run_all(csv_project)
-    paths = Paths(csv_project)
+    paths = Paths(trained)
     first = read_json(paths.registration)
-    run_all(csv_project, ("register",))
+    run_all(trained, ("register",))
     again = read_json(paths.registration)
     assert again["version"] == first["version"] == 1 and again["champion"] is True
     assert "already registered as version 1" in again["decision"]
@@ -111,7 +111,7 @@ def test_a_run_registers_one_version_however_often_register_runs(csv_project: Pa
     assert again["rescored"] is False
     assert again["tags"] == first["tags"]
     # A partial success: the next run's version gets created, then the registry fails before the decision.
-    retrain(csv_project, seed=1)
+    retrain(trained, seed=1)
     calls = {"n": 0}
     set_alias = MlflowClient.set_registered_model_alias
 
@@ -124,9 +124,9 @@ def test_a_run_registers_one_version_however_often_register_runs(csv_project: Pa
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(MlflowClient, "set_registered_model_alias", fail_once)
         with pytest.raises(ServiceError, match="did not answer"):
-            run_all(csv_project, ("register",))
+            run_all(trained, ("register",))
         assert sorted(int(v.version) for v in MlflowClient().search_model_versions("name='blobs'")) == [1, 2]
-        run_all(csv_project, ("register",))  # the retry: finds version 2 by its run and decides
+        run_all(trained, ("register",))  # the retry: finds version 2 by its run and decides
     retried = read_json(paths.registration)
     assert retried["version"] == 2 and retried["decision"].endswith("stays version 1")
     assert sorted(int(v.version) for v in MlflowClient().search_model_versions("name='blobs'")) == [1, 2]
@@ -162,7 +162,6 @@ def test_resume_only_when_training_params_data_and_code_match(
 
 
 def test_the_code_hash_covers_the_code_that_decides_the_weights(tmp_path: Path) -> None:
-    import shutil
 
     from trainflow.fingerprint import PACKAGE, code_hash
 
@@ -182,7 +181,6 @@ def test_the_code_hash_covers_the_code_that_decides_the_weights(tmp_path: Path) 
 
 def _stage_killed_at(root: Path, stage: str, failpoint: str) -> None:
     """`trainflow stage STAGE` in a subprocess, SIGKILLed at the failpoint."""
-    import os
     import signal
     import subprocess
     import sys
@@ -206,17 +204,16 @@ def _stage_killed_at(root: Path, stage: str, failpoint: str) -> None:
         ("evaluate", "rename-metrics.json:1"),  # the plots are in place, the metrics not yet
     ],
 )
-def test_a_killed_stage_leaves_every_output_whole(csv_project: Path, stage: str, failpoint: str) -> None:
+def test_a_killed_stage_leaves_every_output_whole(trained: Path, stage: str, failpoint: str) -> None:
     """Killed while it trains, or between its atomic writes: each output file is the previous run's or the new run's,
     byte for byte, never a mixture or a half-written file."""
-    run_all(csv_project, ("ingest", "split", "train", "evaluate"))
-    before = _snapshot(csv_project)
-    paths = Paths(csv_project)
+    before = _snapshot(trained)
+    paths = Paths(trained)
     write_overrides(paths.params, ["train.lr=0.0005", "seed=3"])  # the rerun writes different outputs
-    _stage_killed_at(csv_project, stage, failpoint)
-    after = _snapshot(csv_project)
-    run_all(csv_project, (stage,))  # finish the rerun: the new outputs
-    finished = _snapshot(csv_project)
+    _stage_killed_at(trained, stage, failpoint)
+    after = _snapshot(trained)
+    run_all(trained, (stage,))  # finish the rerun: the new outputs
+    finished = _snapshot(trained)
     outputs = {"train": ("models/final", "reports/train_run.json", "reports/plots/history.csv"),
                "evaluate": ("reports/metrics.json", "reports/per_class.csv", "reports/plots/test")}[stage]  # fmt: skip
     written = [k for k in after if k.startswith(outputs)]
