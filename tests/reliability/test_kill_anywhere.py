@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import chaos
 import pytest
 from conftest import make_project
-from servers import prefect_server
+from servers import PrefectServer, prefect_server
 
 pytestmark = pytest.mark.slow  # README line 2 stays under 10 minutes; CI runs the slow tier after it
 
@@ -26,21 +26,29 @@ ROUNDS = [
 ]
 
 
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrefectServer]:
+    """One Prefect server for both workspaces (a start costs seconds of CPU); each workspace's checks read only the
+    flow runs tagged with it."""
+    home = tmp_path_factory.mktemp("prefect-home")
+    with prefect_server(home) as server:
+        yield server
+
+
 @pytest.fixture(
     scope="module",
     params=[None, {"data.memory_budget_mb": 0.000001}],
     ids=["in-memory", "streamed"],
 )
-def workspace(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[chaos.Workspace]:
+def workspace(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest, server: PrefectServer
+) -> chaos.Workspace:
     """The pipeline holding its data in memory, or streaming it through split, train and evaluate: the
     streamed files (models/.streamed) and the sharded row groups must meet the same invariants after a kill."""
-    base = tmp_path_factory.mktemp("chaos")
-    (base / "prefect-home").mkdir()
-    with prefect_server(base / "prefect-home") as server:
-        ws = chaos.workspace(base, make_project, server.env(), request.param)
-        streamed = ("split: streamed from disk", "train: data streamed from disk", "evaluate: test data streamed")
-        assert all((s in ws.first_log) == (request.param is not None) for s in streamed), ws.first_log[-3000:]
-        yield ws
+    ws = chaos.workspace(tmp_path_factory.mktemp("chaos"), make_project, server.env(), request.param)
+    streamed = ("split: streamed from disk", "train: data streamed from disk", "evaluate: test data streamed")
+    assert all((s in ws.first_log) == (request.param is not None) for s in streamed), ws.first_log[-3000:]
+    return ws
 
 
 @pytest.mark.parametrize(("number", "change", "point"), [(n, c, p) for n, (c, p) in enumerate(ROUNDS, 1)])
