@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -42,11 +43,23 @@ def stage(root: Path, name: str, **env: str) -> subprocess.CompletedProcess[str]
     )
 
 
-def project(tmp: Path, name: str) -> Path:
-    root = make_project(tmp / name, SETTINGS)
+@pytest.fixture(scope="module")
+def split(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A project whose splits are made (in this process: the stage driver's own subprocesses are not what these tests
+    check), for each test to copy."""
+    from trainflow.params import load_params
+    from trainflow.paths import Paths
+    from trainflow.stages import run_stage
+
+    root = make_project(tmp_path_factory.mktemp("split") / "p", SETTINGS)
+    paths = Paths(root)
     for s in ("ingest", "split"):
-        assert stage(root, s).returncode == 0
+        run_stage(s, load_params(paths.params), paths)
     return root
+
+
+def project(split: Path, dest: Path) -> Path:
+    return Path(shutil.copytree(split, dest))
 
 
 def weights(root: Path) -> dict[str, bytes]:
@@ -54,8 +67,8 @@ def weights(root: Path) -> dict[str, bytes]:
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = project(tmp_path_factory.mktemp("whole"), "p")
+def uninterrupted(split: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = project(split, tmp_path_factory.mktemp("whole") / "p")
     done = stage(root, "train")
     assert done.returncode == 0, done.stderr
     assert "starting 2 processes" in done.stderr
@@ -69,9 +82,9 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     [("update:10", "1"), ("checkpoint_write:3", "0")],  # mid-epoch 2, on rank 1; writing a checkpoint, on rank 0
 )
 def test_a_killed_rank_stops_the_run_and_a_rerun_resumes_bit_identically(
-    uninterrupted: Path, tmp_path: Path, failpoint: str, rank: str
+    split: Path, uninterrupted: Path, tmp_path: Path, failpoint: str, rank: str
 ) -> None:
-    root = project(tmp_path, "p")
+    root = project(split, tmp_path / "p")
     started = time.monotonic()
     # A rank left waiting on its dead peer would wait out the collective timeout: 600 s here, so a bound far above
     # the run's own time (about 20 s on 2 busy cores, spawning the ranks included) still tells a stop from a hang.

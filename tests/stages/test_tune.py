@@ -60,8 +60,31 @@ def trials(root: Path) -> pd.DataFrame:
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = make_project(tmp_path_factory.mktemp("a") / "proj", SWEEP)
+def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A project whose splits are made and committed to DVC (in this process, as `dvc repro split` would: `trainflow
+    tune` then finds nothing to ingest or split) and whose MLflow database exists, for each test to copy."""
+    from mlflow.tracking import MlflowClient
+
+    from tasks import dvc
+    from trainflow.paths import Paths
+    from trainflow.stages import run_stage
+
+    root = make_project(tmp_path_factory.mktemp("prepared") / "proj", SWEEP)
+    paths = Paths(root)
+    for stage in ("ingest", "split"):
+        run_stage(stage, load_params(paths.params), paths)
+        dvc.commit(root, stage)
+    MlflowClient(f"sqlite:///{root / 'mlflow.db'}").search_experiments()
+    return root
+
+
+def copy(prepared: Path, dest: Path) -> Path:
+    return Path(shutil.copytree(prepared, dest))
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(prepared: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = copy(prepared, tmp_path_factory.mktemp("a") / "proj")
     done = tune(root)
     assert done.returncode == 0, done.stderr
     return root
@@ -69,9 +92,9 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.slow  # about a minute: README line 2 stays under 10 minutes
 def test_a_killed_sweep_resumes_its_trial_and_suggests_what_the_uninterrupted_one_did(
-    uninterrupted: Path, tmp_path: Path
+    prepared: Path, uninterrupted: Path, tmp_path: Path
 ) -> None:
-    root = make_project(tmp_path / "proj", SWEEP)
+    root = copy(prepared, tmp_path / "proj")
     # Each trial writes 4 checkpoints (one per epoch): the 7th write is trial 1's third (update 21), so its
     # checkpoint at update 14 is complete when the process dies.
     killed = tune(root, TRAINFLOW_FAILPOINT="checkpoint_write:7")
@@ -139,16 +162,17 @@ def test_pruned_trials_were_below_the_median_of_the_finished_ones_at_that_update
         assert step < max(ended[0].intermediate_values)  # stopped before the end
 
 
-@pytest.mark.slow  # about 35 s
-def test_two_commands_on_one_study_share_its_budget(tmp_path: Path) -> None:
-    # Trials of ~1 s (more, smaller updates), so that the two commands overlap.
-    root = make_project(tmp_path / "proj", {**SWEEP, "train.epochs": 10, "train.batch_size": 4})
-    prepared = subprocess.run(["dvc", "repro", "split"], cwd=root, capture_output=True, text=True)
-    assert prepared.returncode == 0, prepared.stderr
+@pytest.mark.slow  # about 30 s
+def test_two_commands_on_one_study_share_its_budget(prepared: Path, tmp_path: Path) -> None:
+    from trainflow.params import write_overrides
+
+    # Trials of ~1 s (more, smaller updates), so that the two commands overlap. (The splits and the MLflow database's
+    # schema are made already: neither command makes them while the other does.)
+    root = copy(prepared, tmp_path / "proj")
+    write_overrides(root / "params.yaml", ["train.epochs=10", "train.batch_size=4"])
     # One core each (as `trainflow tune --workers 2` gives its workers): two torch processes that each spin two
     # threads on two cores run several times slower.
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}", "OMP_NUM_THREADS": "1"}
-    subprocess.run([sys.executable, "-c", "import mlflow; mlflow.search_experiments()"], cwd=root, env=env)
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", "trainflow", "tune"], cwd=root, env=env, stderr=subprocess.PIPE, text=True
@@ -203,17 +227,26 @@ def test_apply_writes_the_best_params_and_the_registered_version_names_its_trial
 
 
 @pytest.mark.slow  # a study of 8 trials, shared (~20 s); line 2: tests/unit/test_tune_in_process.py
-def test_a_study_refuses_other_params_and_a_sweep_refuses_data_overrides(uninterrupted: Path, tmp_path: Path) -> None:
+def test_a_study_refuses_other_params_and_a_sweep_refuses_data_overrides(
+    uninterrupted: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from trainflow.cli import main
+
     root = tmp_path / "proj"
     shutil.copytree(uninterrupted, root)
-    changed = tune(root, "-S", "train.epochs=5")
-    assert changed.returncode == 2
-    assert "study 'trainflow' was started with other params" in changed.stderr
-    assert "-S tune.study=trainflow-2" in changed.stderr
+    # The refusals in this process (`main` as the command runs it): they come before any trial, and a process
+    # start costs seconds.
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
+    assert main(["tune", "-S", "train.epochs=5"]) == 2
+    err = capsys.readouterr().err
+    assert "study 'trainflow' was started with other params" in err
+    assert "-S tune.study=trainflow-2" in err
     followed = tune(root, "-S", "train.epochs=5", "-S", "tune.study=trainflow-2", "--trials", "1")
     assert followed.returncode == 0, followed.stderr  # the fix the message suggests works
-    split = tune(root, "-S", "split.val_fraction=0.2")
-    assert split.returncode == 2 and "split.val_fraction" in split.stderr and "dvc repro split" in split.stderr
+    assert main(["tune", "-S", "split.val_fraction=0.2"]) == 2
+    err = capsys.readouterr().err
+    assert "split.val_fraction" in err and "dvc repro split" in err
     assert (root / "params.yaml").read_text() == (uninterrupted / "params.yaml").read_text()  # never rewritten
 
 
@@ -258,15 +291,16 @@ def test_grid_needs_steps_and_fits_the_budget(params_file: Path, tmp_path: Path)
 def test_the_sweep_flow_fans_trials_out_as_tasks(tmp_path: Path, prefect_server: None) -> None:
     from flows.sweep import sweep
 
-    root = make_project(tmp_path / "proj", {**SWEEP, "tune.trials": 4, "tune.workers": 2})
+    # 3 trials, 2 at a time: one task waits for a free worker. (Each task is a worker process: seconds to start.)
+    root = make_project(tmp_path / "proj", {**SWEEP, "tune.trials": 3, "tune.workers": 2})
     os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{root / 'mlflow.db'}"
     summary = sweep(root=str(root), overrides=["train.epochs=3"])
-    assert summary["ended"] == summary["trials"] == 4
+    assert summary["ended"] == summary["trials"] == 3
     got = trials(root)
-    assert list(got["trial"]) == [0, 1, 2, 3] and set(got["state"]) <= {"complete", "pruned"}
+    assert list(got["trial"]) == [0, 1, 2] and set(got["state"]) <= {"complete", "pruned"}
     assert (root / "reports/tune/best_params.yaml").is_file()
     children = [r for r in runs(root) if "mlflow.parentRunId" in r.data.tags]
-    assert sorted(int(r.data.tags["trainflow.tune.trial"]) for r in children) == [0, 1, 2, 3]
+    assert sorted(int(r.data.tags["trainflow.tune.trial"]) for r in children) == [0, 1, 2]
     assert load_params(root / "params.yaml").train.epochs == 4  # the overrides were the sweep's alone
 
 

@@ -53,13 +53,21 @@ def trials(root: Path) -> pd.DataFrame:
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A project whose splits are made and whose MLflow database exists, for each test to copy (so that none pays
-    for DVC's ingest and split or MLflow's schema migrations)."""
+    """A project whose splits are made and committed to DVC (in this process, as `dvc repro split` would: `trainflow
+    tune` then finds nothing to ingest or split) and whose MLflow database exists, for each test to copy (so that none
+    pays for ingest and split or MLflow's schema migrations)."""
     from mlflow.tracking import MlflowClient
 
+    from tasks import dvc
+    from trainflow.params import load_params
+    from trainflow.paths import Paths
+    from trainflow.stages import run_stage
+
     root = make_project(tmp_path_factory.mktemp("prepared") / "proj", SWEEP)
-    made = subprocess.run(["dvc", "repro", "split"], cwd=root, capture_output=True, text=True)
-    assert made.returncode == 0, made.stderr
+    paths = Paths(root)
+    for stage in ("ingest", "split"):
+        run_stage(stage, load_params(paths.params), paths)
+        dvc.commit(root, stage)
     MlflowClient(f"sqlite:///{root / 'mlflow.db'}").search_experiments()
     return root
 

@@ -28,8 +28,8 @@ def dvc(root: Path, *args: str) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-@pytest.mark.slow  # a dvc repro and four retrainings: ~1 min idle
-def test_a_version_reproduces_and_a_damaged_cache_file_is_named_then_restored(
+@pytest.mark.slow  # a dvc repro and three retrainings: ~1 min idle
+def test_a_version_reproduces_and_splits_missing_from_the_cache_are_fetched_from_the_remote(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     root = make_project(tmp_path / "proj", {"data.source": "builtin:iris", "register.model_name": "iris", **FAST})
@@ -43,22 +43,11 @@ def test_a_version_reproduces_and_a_damaged_cache_file_is_named_then_restored(
 
     assert MlflowClient().get_model_version("iris", "1").tags["verified"].startswith("true: retrained from")
 
+    # (A damaged byte in the cache is named, and the advice works: test_versions_trained_by_the_stage_driver_verify_
+    # and_a_changed_cached_byte_is_named, on the same check of restore_splits.)
     tags = MlflowClient().get_model_version("iris", "1").tags
     cache = root / ".dvc/cache/files/md5"
     listing = json.loads((cache / tags["data_hash"][:2] / tags["data_hash"][2:]).read_text())
-    md5 = next(e["md5"] for e in listing if e["relpath"] == "train.parquet")
-    damaged = cache / md5[:2] / md5[2:]
-    os.chmod(damaged, 0o644)
-    data = bytearray(damaged.read_bytes())
-    data[len(data) // 2] ^= 1
-    damaged.write_bytes(bytes(data))
-    assert main(["verify", "iris/1"]) == 2
-    err = capsys.readouterr().err
-    assert f"data/splits/train.parquet in the DVC cache ({damaged}) is damaged" in err, err
-    assert "delete that file and verify again" in err
-
-    damaged.unlink()  # the advice, as written
-    assert main(["verify", "models:/iris@champion"]) == 0
 
     # A clone whose cache lacks the splits (no `dvc pull`): verify fetches them from the remote itself
     for entry in listing:
