@@ -23,6 +23,9 @@ for tool in munged slurmctld slurmd sbatch; do
 done
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 mkdir -p "$dir/state" "$dir/spool"
+# cred_expire (default 120 s) is also how long a requeued job waits before it may start again, and the scheduler's
+# full passes run every 60 s (backfill's every 30 s) by default: a preempted job would idle minutes before its second
+# start. One node, a handful of jobs: short intervals cost nothing here. A real cluster keeps its own settings.
 host="$(hostname -s)"
 cat >"$conf" <<CONF
 ClusterName=trainflow
@@ -32,7 +35,7 @@ SlurmdPort=$(free_port)
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-AuthInfo=socket=$dir/munge.socket
+AuthInfo=socket=$dir/munge.socket,cred_expire=10
 CredType=cred/munge
 StateSaveLocation=$dir/state
 SlurmdSpoolDir=$dir/spool
@@ -44,6 +47,7 @@ ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
 SchedulerType=sched/backfill
+SchedulerParameters=sched_interval=2,bf_interval=2
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 ReturnToService=2

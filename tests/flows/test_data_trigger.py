@@ -20,6 +20,10 @@ import pytest
 from conftest import FAST, make_project
 from servers import BIN, prefect_server, spawn, stop, tail
 
+from trainflow.params import load_params
+from trainflow.paths import Paths
+from trainflow.stages import STAGES, run_stage
+
 pytestmark = pytest.mark.slow
 
 DEPLOYMENT = "training_pipeline/nightly"
@@ -46,7 +50,11 @@ def wait_for(what: str, check: Any, timeout_s: float, log: Path) -> Any:
     return value
 
 
-def test_a_new_file_retrains_once_and_a_byte_identical_one_not_at_all(tmp_path: Path) -> None:
+def test_a_new_file_retrains_once_and_a_byte_identical_one_not_at_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tasks.dvc import commit
+
     (tmp_path / "prefect-home").mkdir()
     with prefect_server(tmp_path / "prefect-home") as server:
         root = make_project(
@@ -64,7 +72,14 @@ def test_a_new_file_retrains_once_and_a_byte_identical_one_not_at_all(tmp_path: 
             assert proc.returncode == 0, proc.stdout + proc.stderr
             return proc.stdout + proc.stderr
 
-        trainflow("run")  # version 1, before anything is deployed
+        # Version 1, before anything is deployed: the pipeline as `trainflow run` runs it (each stage committed to
+        # dvc.lock), in this process.
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", env["MLFLOW_TRACKING_URI"])
+        monkeypatch.chdir(root)
+        paths = Paths(root)
+        for stage in STAGES:
+            run_stage(stage, load_params(paths.params), paths)
+            commit(root, stage)
 
         def versions() -> int:
             from mlflow import MlflowClient
@@ -88,7 +103,8 @@ def test_a_new_file_retrains_once_and_a_byte_identical_one_not_at_all(tmp_path: 
             return [e["payload"]["file"] for e in post(f"{server.url}/events/filter", body)["events"]]
 
         assert versions() == 1
-        serve = spawn([str(BIN / "trainflow"), "deploy"], root, env, log)
+        # Prefect's runner asks for runs to start every 10 s by default: each triggered run would wait up to that long.
+        serve = spawn([str(BIN / "trainflow"), "deploy"], root, {**env, "PREFECT_RUNNER_POLL_FREQUENCY": "1"}, log)
         try:
             wait_for(
                 "automation of the data trigger",

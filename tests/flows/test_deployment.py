@@ -95,7 +95,8 @@ def test_trainflow_deploy_serves_a_scheduled_deployment_that_runs_the_pipeline(
 ) -> None:
     log = project.root.parent / "serve.log"
     cmd = [str(BIN / "trainflow"), "deploy", "--cron", "15 4 * * 1-5"]
-    serve = spawn(cmd, project.root, project.env, log)
+    # Prefect's runner asks for runs to start every 10 s by default: the one made below would wait up to that long.
+    serve = spawn(cmd, project.root, {**project.env, "PREFECT_RUNNER_POLL_FREQUENCY": "1"}, log)
     try:
 
         def deployment() -> Any:

@@ -1,4 +1,5 @@
-"""The DVC remote: a run's outputs pushed, then a fresh clone pulls them and `dvc repro` recomputes nothing.
+"""The DVC remote: a run's outputs pushed, then a fresh clone pulls them and `dvc repro` recomputes nothing. (First,
+`dvc repro` of the whole pipeline, then again with nothing to do: the slow tier's check of the plain DVC driver.)
 
 This is what lets a teammate, or a CI job, start from the last run instead of from scratch: every output in dvc.lock
 (the `persist: true` ones too: data/processed, models/checkpoints) is in the remote, and the pulled files are the
@@ -25,6 +26,13 @@ def test_fresh_clone_pulls_every_output_and_reproduces_nothing(tmp_path: Path) -
     shutil.copy2(REPO / ".gitignore", project / ".gitignore")
     ran = dvc(project, "repro")
     assert all(f"Running stage '{s}'" in ran for s in STAGES)
+    # `dvc repro` again in the same workspace: nothing to do, and still one registry version.
+    from dvc.repo import Repo
+
+    with Repo(str(project)) as repo:
+        assert repo.status() == {}
+    assert "Running stage" not in dvc(project, "repro")
+    assert json.loads((project / "reports/registration.json").read_text())["version"] == 1
 
     # The committed default remote is <project>/dvc-remote (a URL relative to .dvc/, resolved against it).
     assert dvc(project, "remote", "list").split() == ["local", str(project / "dvc-remote"), "(default)"]

@@ -63,14 +63,8 @@ def test_flow_runs_only_what_changed_and_keeps_dvc_true(iris_project: Path, pref
     assert int(MlflowClient().get_model_version_by_alias("iris", "champion").version) == best["version"]
 
 
-@pytest.mark.slow  # 28 s (fresh-clone-check checks the same on a clone): README line 2 stays under 10 minutes
-def test_dvc_repro_then_noop(iris_project: Path) -> None:
-    out = dvc(iris_project, "repro")
-    for stage in ("ingest", "split", "train", "evaluate", "register"):
-        assert f"Running stage '{stage}'" in out
-    assert dvc_status(iris_project) == {}
-    assert "Running stage" not in dvc(iris_project, "repro")
-    assert read_json(Paths(iris_project).registration)["version"] == 1
+# `dvc repro` of the whole pipeline, then again with nothing to do (dvc status empty, one registry version): the
+# first steps of tests/flows/test_dvc_remote.py, on the same project, before it pushes and clones.
 
 
 def test_run_reports_a_data_error_in_one_paragraph(

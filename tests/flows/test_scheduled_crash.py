@@ -66,10 +66,14 @@ def training(server: PrefectServer, root: Path, before: set[str], log: Path) -> 
 
 
 def test_a_scheduled_run_survives_a_server_restart_and_one_that_dies_with_it_is_crashed_then_resumed(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     home = tmp_path / "prefect-home"
     home.mkdir()
+    # The server's scheduler makes a deployment's cron runs when it wakes, every 60 s by default: the first run would
+    # start a minute or two after `trainflow deploy`, instead of at the next minute's start. (The server reads it from
+    # this process's environment.)
+    monkeypatch.setenv("PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS", "5")
     server = PrefectServer(home).start()
     root = make_project(tmp_path / "proj", TRAINING)
     env = server.env() | {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}

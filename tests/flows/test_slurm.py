@@ -95,15 +95,16 @@ def split_and_trained(tmp_path: Path, settings: dict[str, object], train: list[s
 def test_a_job_preempted_with_usr1_requeues_itself_and_resumes_to_the_uninterrupted_weights(
     slurm: dict[str, str], tmp_path: Path
 ) -> None:
-    root, whole = split_and_trained(tmp_path, {"train.epochs": 300, "train.batch_size": 16, "train.log_every": 20},
+    root, whole = split_and_trained(tmp_path, {"train.epochs": 100, "train.batch_size": 16, "train.log_every": 20},
                                     [str(BIN / "trainflow"), "stage", "train"])  # fmt: skip
     paths = Paths(root)
 
-    submitted = subprocess.run(["sbatch", "--parsable", "scripts/slurm/train.sbatch"], cwd=root, env=slurm,
+    env = {**slurm, "MLFLOW_TRACKING_URI": os.environ["MLFLOW_TRACKING_URI"]}  # the test's store, made already
+    submitted = subprocess.run(["sbatch", "--parsable", "scripts/slurm/train.sbatch"], cwd=root, env=env,
                                capture_output=True, text=True, check=True)  # fmt: skip
     job = submitted.stdout.strip().split(";")[0]
     text = preempt_and_wait(job, slurm, paths, root / f"slurm-trainflow-{job}.out")
-    stopped = re.search(r"preempted: train: SIGUSR1 received: stopped after update (\d+) of 2100", text)
+    stopped = re.search(r"preempted: train: SIGUSR1 received: stopped after update (\d+) of 700", text)
     assert stopped, text[-3000:]
     at = int(stopped.group(1))
     assert f"requeueing job {job}" in text and "(restart 1)" in text
@@ -119,17 +120,18 @@ def test_multinode_sbatch_two_ranks_under_torchrun_preempted_with_usr1_requeue_a
     from trainflow.engine.distributed import free_port
 
     torchrun = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node=2", "-m", "trainflow", "stage", "train"]
-    root, whole = split_and_trained(tmp_path, {"train.epochs": 150, "train.batch_size": 8, "train.log_every": 50},
+    root, whole = split_and_trained(tmp_path, {"train.epochs": 50, "train.batch_size": 8, "train.log_every": 50},
                                     torchrun)  # the same launcher, uninterrupted  # fmt: skip
     paths = Paths(root)
 
-    env = {**slurm, "TRAINFLOW_PROCS_PER_NODE": "2", "TRAINFLOW_RDZV_PORT": str(free_port())}
+    env = {**slurm, "TRAINFLOW_PROCS_PER_NODE": "2", "TRAINFLOW_RDZV_PORT": str(free_port()),
+           "MLFLOW_TRACKING_URI": os.environ["MLFLOW_TRACKING_URI"]}  # the test's store, made already  # fmt: skip
     submitted = subprocess.run(["sbatch", "--parsable", "--nodes=1", "--gpus-per-node=0",
                                 "scripts/slurm/multinode.sbatch"], cwd=root, env=env, capture_output=True, text=True,
                                check=True)  # fmt: skip
     job = submitted.stdout.strip().split(";")[0]
     text = preempt_and_wait(job, slurm, paths, root / f"slurm-trainflow-ddp-{job}.out")
-    stops = re.findall(r"preempted: train: SIGUSR1 received: stopped after update (\d+) of 1050", text)
+    stops = re.findall(r"preempted: train: SIGUSR1 received: stopped after update (\d+) of 350", text)
     assert len(stops) == 2 and stops[0] == stops[1], text[-3000:]  # each rank caught it; the same update
     at = int(stops[0])
     # torchrun outlived the signal and waited for its ranks (exit 1 once they exit 75). Killed by it (exit 138), it

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.server
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -25,7 +26,9 @@ from conftest import make_project, wait_for_http
 from trainflow import cli
 from trainflow.engine.trainer import Trainer
 from trainflow.io import read_json
+from trainflow.params import load_params
 from trainflow.paths import Paths
+from trainflow.stages import run_stage
 
 pytestmark = pytest.mark.slow
 
@@ -87,15 +90,29 @@ def tracking_warnings(caught: list[Any]) -> list[str]:
     return [str(w.message) for w in caught if "MLflow tracking at" in str(w.message)]
 
 
-@pytest.mark.parametrize("when", ["start", "middle", "end"])
-def test_training_survives_a_tracking_outage_and_register_catches_up(
-    tmp_path: Path, server: Server, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], when: str
-) -> None:
+@pytest.fixture(scope="module")
+def split_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An iris project, ingested and split (neither stage talks to MLflow): each case copies it."""
     settings = {"data.source": "builtin:iris", "register.model_name": "iris", "train.epochs": 6,
                 "train.log_every": 2, "train.progress": "false"}  # fmt: skip
-    root = make_project(tmp_path / "proj", settings)
+    root = make_project(tmp_path_factory.mktemp("outage") / "proj", settings)
     paths = Paths(root)
-    assert stage(root, monkeypatch, "ingest") == 0 and stage(root, monkeypatch, "split") == 0
+    for name in ("ingest", "split"):
+        run_stage(name, load_params(paths.params), paths)
+    return root
+
+
+@pytest.mark.parametrize("when", ["start", "middle", "end"])
+def test_training_survives_a_tracking_outage_and_register_catches_up(
+    tmp_path: Path,
+    server: Server,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    when: str,
+    split_project: Path,
+) -> None:
+    root = Path(shutil.copytree(split_project, tmp_path / "proj"))
+    paths = Paths(root)
     if when != "start":
         server.start()
     if when == "middle":  # the server dies at the first metrics read, while the run is going
