@@ -29,18 +29,36 @@ def train(ckpt: Path, out: Path, flags: str, failpoint: str | None = None) -> su
     return subprocess.run(args, env=env, capture_output=True, text=True)
 
 
+# The uninterrupted runs of several flags, one after another in one interpreter: each run seeds and builds everything
+# afresh (crash_run.main), so it ends as it would alone, and the interpreter starts (torch: seconds) once, not per
+# flags.
+UNINTERRUPTED = """
+import sys
+from pathlib import Path
+
+sys.path.insert(0, sys.argv[1])
+from crash_run import main
+
+for base, flags in zip(sys.argv[2::2], sys.argv[3::2]):
+    main(Path(base) / "ckpt", Path(base) / "out", set(flags.split(",")) if flags else set())
+"""
+
+
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """The uninterrupted run's outputs for the given flags (one run per flags, shared by the tests)."""
-    done: dict[str, Path] = {}
+def uninterrupted(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The uninterrupted run's outputs for the given flags: run once for every flags this session's tests of this
+    module use, shared by the tests."""
+    wanted = sorted({item.callspec.params["flags"] for item in request.session.items if item.module is request.module})
+    done = {flags: tmp_path_factory.mktemp("full") for flags in wanted}
+    env = {k: v for k, v in os.environ.items() if k != "TRAINFLOW_FAILPOINT"}
+    args = [str(SCRIPT.parent)]
+    for flags, base in done.items():
+        args += [str(base), flags]
+    run = subprocess.run([sys.executable, "-c", UNINTERRUPTED, *args], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
 
     def get(flags: str) -> Path:
-        if flags not in done:
-            base = tmp_path_factory.mktemp("full")
-            run = train(base / "ckpt", base / "out", flags)
-            assert run.returncode == 0, run.stderr
-            done[flags] = base / "out"
-        return done[flags]
+        return done[flags] / "out"
 
     return get
 

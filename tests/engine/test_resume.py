@@ -76,6 +76,12 @@ def same(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return weights and a["history"] == b["history"] and a["applied"] == b["applied"] and a["scale"] == b["scale"]
 
 
+@pytest.fixture(scope="module")
+def whole_fp32(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The uninterrupted fp32 run under SETTINGS, which several tests' resumed runs must end as: trained once."""
+    return fingerprint_of(run(tmp_path_factory.mktemp("whole"), "fp32"))
+
+
 PLATEAU = {"schedule": "plateau", "plateau_patience": 1, "plateau_factor": 0.5, "eval_every": 3, "lr": 0.05}
 
 
@@ -91,12 +97,15 @@ PLATEAU = {"schedule": "plateau", "plateau_patience": 1, "plateau_factor": 0.5, 
     ],
 )  # plateau, EMA: their states are restored too; groups: each keeps its rate
 def test_an_interrupted_run_resumes_bit_identically(
-    tmp_path: Path, precision: str, seed: int, overrides: dict[str, Any]
+    whole_fp32: dict[str, Any], tmp_path: Path, precision: str, seed: int, overrides: dict[str, Any]
 ) -> None:
-    whole_run = run(tmp_path / "whole", precision, **overrides)
-    whole = fingerprint_of(whole_run)
-    if overrides.get("schedule") == "plateau":
-        assert whole_run.plateau is not None and whole_run.plateau.scale < 1  # the rate was lowered on the way
+    if (precision, overrides) == ("fp32", {}):
+        whole = whole_fp32
+    else:
+        whole_run = run(tmp_path / "whole", precision, **overrides)
+        whole = fingerprint_of(whole_run)
+        if overrides.get("schedule") == "plateau":
+            assert whole_run.plateau is not None and whole_run.plateau.scale < 1  # the rate was lowered on the way
     stop = random.Random(seed).randint(4, 4 * 13 - 2)
     crashed = run(tmp_path / "resumed", precision, stop_after=stop, **overrides)
     assert crashed.state.updates == stop
@@ -107,7 +116,7 @@ def test_an_interrupted_run_resumes_bit_identically(
 
 
 def test_resume_never_starts_fresh_and_a_path_continues_from_it(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    whole_fp32: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run(tmp_path / "a", "fp32", stop_after=20)
     capsys.readouterr()
@@ -115,7 +124,7 @@ def test_resume_never_starts_fresh_and_a_path_continues_from_it(
     assert fresh.resumed_from is None
     said = capsys.readouterr()
     assert "train: train.resume is never; removed " in said.err and "resume is never" not in said.out  # a note
-    whole = fingerprint_of(run(tmp_path / "whole", "fp32"))
+    whole = whole_fp32
     assert same(fingerprint_of(fresh), whole)
     # A path (a checkpoint directory, or a folder of them) continues from it whatever wrote it.
     run(tmp_path / "b", "fp32", stop_after=20)
@@ -175,12 +184,12 @@ def test_the_resume_says_where_it_continues(tmp_path: Path, capsys: pytest.Captu
     ) in err
 
 
-def test_a_checkpoint_of_the_old_format_resumes_at_the_same_sample(tmp_path: Path) -> None:
+def test_a_checkpoint_of_the_old_format_resumes_at_the_same_sample(whole_fp32: dict[str, Any], tmp_path: Path) -> None:
     """trainflow 0.1 kept the data position in windows of one process and the non-finite run outside the state."""
     import json
 
     run(tmp_path / "new", "fp32", stop_after=20)
-    whole = fingerprint_of(run(tmp_path / "whole", "fp32"))
+    whole = whole_fp32
     latest = CheckpointStore(tmp_path / "new", 2).latest()
     assert latest is not None
     meta = json.loads((latest / "meta.json").read_text())
@@ -248,8 +257,10 @@ def test_each_gpu_gets_its_own_random_state_back_on_a_node_of_twelve(fake_cuda: 
     assert states(generators) == captured  # device 10 got cuda10's state, not the third in text order (cuda10)
 
 
-def test_a_checkpoint_of_two_gpus_resumes_on_one_and_one_of_one_on_two(tmp_path: Path, fake_cuda: Any) -> None:
-    whole = fingerprint_of(run(tmp_path / "whole", "fp32"))
+def test_a_checkpoint_of_two_gpus_resumes_on_one_and_one_of_one_on_two(
+    whole_fp32: dict[str, Any], tmp_path: Path, fake_cuda: Any
+) -> None:
+    whole = whole_fp32
     two = fake_cuda(2)
     run(tmp_path / "a", "fp32", stop_after=20)
     latest = CheckpointStore(tmp_path / "a", 2).latest()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -81,10 +82,12 @@ KILLED_COMMIT = textwrap.dedent(
 
 
 @pytest.mark.parametrize("first", [True, False], ids=["no-lock-yet", "lock-exists"])
-def test_a_commit_killed_while_dvc_writes_its_lock_file_leaves_the_lock_file_whole(tmp_path: Path, first: bool) -> None:
+def test_a_commit_killed_while_dvc_writes_its_lock_file_leaves_the_lock_file_whole(
+    one_stage: Path, tmp_path: Path, first: bool
+) -> None:
     from tasks import dvc as tasks_dvc
 
-    root = _one_stage_project(tmp_path)
+    root = _one_stage_project(one_stage, tmp_path)
     if not first:
         tasks_dvc.commit(root, "make")
     before = (root / "dvc.lock").read_text() if not first else None
@@ -106,15 +109,21 @@ def test_a_commit_killed_while_dvc_writes_its_lock_file_leaves_the_lock_file_who
     assert (root / "dvc.lock").stat().st_mode & 0o777 == 0o666 & ~_umask()  # not mkstemp's 0o600
 
 
-def _one_stage_project(tmp_path: Path) -> Path:
-    """A git + DVC project with one stage, `make`, whose output out.txt exists but was never committed."""
-    root = tmp_path / "proj"
+@pytest.fixture(scope="module")
+def one_stage(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A git + DVC project with one stage, `make`, whose output out.txt exists but was never committed: made once
+    (`git init`, `dvc init`), copied by each test (`_one_stage_project`)."""
+    root = tmp_path_factory.mktemp("one-stage") / "proj"
     root.mkdir()
     subprocess.run(["git", "init", "-q"], cwd=root, check=True)
     dvc(root, "init", "-q")
     (root / "dvc.yaml").write_text("stages:\n  make:\n    cmd: echo made > out.txt\n    outs:\n      - out.txt\n")
     (root / "out.txt").write_text("one\n")
     return root
+
+
+def _one_stage_project(one_stage: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(one_stage, tmp_path / "proj"))
 
 
 def _run_until_killed(script: str, root: Path) -> None:
@@ -152,14 +161,14 @@ KILLED_RWLOCK = textwrap.dedent(
 
 
 def test_a_dvc_call_killed_while_dvc_rewrites_its_rwlock_does_not_break_the_next_run(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    one_stage: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Before, every DVC command after such a kill failed ("Unable to read RWLock-file ... JSON structure is
     corrupted"), `trainflow run` and `dvc repro` alike; now the next trainflow call removes the stale file (under DVC's
     repo lock: no DVC command is running) and goes on."""
     from tasks import dvc as tasks_dvc
 
-    root = _one_stage_project(tmp_path)
+    root = _one_stage_project(one_stage, tmp_path)
     _run_until_killed(KILLED_RWLOCK, root)
     rwlock = root / ".dvc/tmp/rwlock"
     with pytest.raises(ValueError):

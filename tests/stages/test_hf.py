@@ -5,6 +5,7 @@ there is a clear error saying how to get it."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -43,19 +44,38 @@ def reviews(n: int, seed: int = 0) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["text", "label"])
 
 
-@pytest.fixture
-def hf_run(tmp_path: Path) -> tuple[Paths, dict[str, dict]]:
+@pytest.fixture(scope="module")
+def hf_pipeline(
+    tmp_path_factory: pytest.TempPathFactory, _empty_mlflow_store: Path
+) -> tuple[Paths, dict[str, dict], str]:
+    """The pipeline run once for the tests below, into an MLflow store of its own (a copy of conftest's migrated empty
+    one): its paths, each stage's result and the store's URI, which a test points MLFLOW_TRACKING_URI at. Shared: a
+    test may move pretrained/ away (serving must not need it), so none reads it after the pipeline ran."""
     settings = {"data.source": "data/raw/reviews.csv", "data.target": "label", "data.text_column": "text",
                 "model.name": "hf:pretrained/tiny-bert", "features.max_length": 24, "train.epochs": 4,
                 "train.batch_size": 16, "train.lr": LR, "train.schedule": "constant", "train.warmup_fraction": 0.0,
                 "train.layer_decay": DECAY, "train.log_every": 5, "train.progress": "false",
                 "register.model_name": "reviews"}  # fmt: skip
-    root = make_project(tmp_path / "proj", settings)
+    base = tmp_path_factory.mktemp("hf")
+    root = make_project(base / "proj", settings)
     tiny_bert(root / "pretrained/tiny-bert", [*POSITIVE, *NEGATIVE, *FILLER, "."])
     reviews(400).to_csv(root / "data/raw/reviews.csv", index=False)
+    shutil.copyfile(_empty_mlflow_store, base / "mlflow.db")
+    uri = f"sqlite:///{base / 'mlflow.db'}"
     paths = Paths(root)
-    out = {s: run_stage(s, load_params(paths.params), paths) for s in ("ingest", "split", "train", "evaluate")}
-    out["register"] = run_stage("register", load_params(paths.params), paths)
+    with pytest.MonkeyPatch.context() as m:
+        m.setenv("MLFLOW_TRACKING_URI", uri)
+        out = {s: run_stage(s, load_params(paths.params), paths) for s in ("ingest", "split", "train", "evaluate")}
+        out["register"] = run_stage("register", load_params(paths.params), paths)
+    return paths, out, uri
+
+
+@pytest.fixture
+def hf_run(
+    hf_pipeline: tuple[Paths, dict[str, dict], str], monkeypatch: pytest.MonkeyPatch
+) -> tuple[Paths, dict[str, dict]]:
+    paths, out, uri = hf_pipeline
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     return paths, out
 
 
@@ -179,20 +199,14 @@ def test_other_pretrained_files_are_another_fingerprint_so_a_checkpoint_is_not_r
     assert fingerprint(params, "data", root) != before
 
 
-def test_a_logged_pretrained_model_lists_transformers_among_its_requirements(tmp_path: Path) -> None:
+def test_a_logged_pretrained_model_lists_transformers_among_its_requirements(
+    hf_run: tuple[Paths, dict[str, dict]],
+) -> None:
     """What `mlflow models serve` (or a pip install of the model's requirements) installs: serving an hf: model
     imports transformers."""
     import mlflow
 
-    settings = {"data.source": "data/raw/reviews.csv", "data.target": "label", "data.text_column": "text",
-                "model.name": "hf:pretrained/tiny-bert", "features.max_length": 16, "train.epochs": 1,
-                "train.batch_size": 16, "train.progress": "false"}  # fmt: skip
-    root = make_project(tmp_path / "proj", settings)
-    tiny_bert(root / "pretrained/tiny-bert", [*POSITIVE, *NEGATIVE, *FILLER, "."])
-    reviews(40).to_csv(root / "data/raw/reviews.csv", index=False)
-    paths = Paths(root)
-    for stage in ("ingest", "split", "train"):
-        run_stage(stage, load_params(paths.params), paths)
+    paths, _ = hf_run
     model_uri = read_json(paths.train_run)["model_uri"]
     requirements = Path(mlflow.pyfunc.get_model_dependencies(model_uri)).read_text().split()
     assert "transformers" in requirements and "tokenizers" in requirements

@@ -24,13 +24,23 @@ def table(path: Path, rows: range) -> Path:
     return path
 
 
-@pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Paths:
-    """A project whose data.source is a folder holding one file, tracked with DVC as a whole (the README's way)."""
-    root = make_project(tmp_path / "proj", {"data.source": "data/raw/sales", "data.target": "label"})
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A project whose data.source is a folder holding one file, tracked with DVC as a whole (the README's way): made
+    once (git init, `dvc add`: seconds), copied for each test."""
+    root = make_project(
+        tmp_path_factory.mktemp("arrival") / "proj", {"data.source": "data/raw/sales", "data.target": "label"}
+    )
     (root / "data/raw/sales").mkdir()
     table(root / "data/raw/sales/jan.csv", range(40))
     subprocess.run(["dvc", "add", "--quiet", "data/raw/sales"], cwd=root, check=True)
+    return root
+
+
+@pytest.fixture
+def project(template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Paths:
+    """The template project, this test's own copy."""
+    root = Path(shutil.copytree(template, tmp_path / "proj"))
     monkeypatch.chdir(root)
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     return Paths(root)

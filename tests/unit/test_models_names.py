@@ -3,6 +3,7 @@ names it holds: a user who registered under `register.model_name: auto` (named a
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -11,17 +12,17 @@ from trainflow import cli, registry, tracking
 from trainflow.errors import UserError
 
 
-@pytest.fixture
-def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    tracking.configure(tmp_path)
+@pytest.fixture(scope="module")
+def registered(tmp_path_factory: pytest.TempPathFactory, _empty_mlflow_store: Path) -> Path:
+    """A store holding three names, made by hand so the expected table is known without trainflow's register: "b" has
+    3 versions and champion 2, "a" one version and no champion, "c" none. Made once (from conftest's migrated empty
+    store), copied for each test."""
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient()
-    source = (tmp_path / "model").as_uri()
-    # Three names, made by hand so the expected table is known without trainflow's register: "b" has 3 versions
-    # and champion 2, "a" one version and no champion, "c" none.
+    db = tmp_path_factory.mktemp("registered") / "mlflow.db"
+    shutil.copyfile(_empty_mlflow_store, db)
+    client = MlflowClient(f"sqlite:///{db}")
+    source = (db.parent / "model").as_uri()
     for name, versions, champion, kind in (
         ("b", 3, 2, ("y", "regression")),
         ("a", 1, None, None),
@@ -35,6 +36,16 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         if kind is not None:
             client.set_registered_model_tag(name, "target", kind[0])
             client.set_registered_model_tag(name, "task", kind[1])
+    return db
+
+
+@pytest.fixture
+def store(registered: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The project's own store (tracking.configure's default: mlflow.db at the root), a copy of `registered`."""
+    shutil.copyfile(registered, tmp_path / "mlflow.db")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    tracking.configure(tmp_path)
     return tmp_path
 
 
