@@ -235,6 +235,26 @@ def csv_project(tmp_path: Path) -> Iterator[Path]:
     yield root
 
 
+def split_project(root: Path, settings: dict[str, object]) -> Path:
+    """make_project's project with its splits made and committed to DVC in this process (as `dvc repro split` would:
+    a `trainflow` command then finds nothing to ingest or split) and its MLflow database created: what a module
+    fixture prepares once for its tests to copy, so that none pays for ingest, split or MLflow's migrations."""
+    from mlflow.tracking import MlflowClient
+
+    from tasks import dvc
+    from trainflow.params import load_params
+    from trainflow.paths import Paths
+    from trainflow.stages import run_stage
+
+    make_project(root, settings)
+    paths = Paths(root)
+    for stage in ("ingest", "split"):
+        run_stage(stage, load_params(paths.params), paths)
+        dvc.commit(root, stage)
+    MlflowClient(f"sqlite:///{root / 'mlflow.db'}").search_experiments()
+    return root
+
+
 def run_blobs_once(base: Path, empty_store: Path, data: pd.DataFrame) -> Path:
     """csv_project's project on `data`, run through every stage in-process once, in base/work/proj, and kept as
     base/pristine with its MLflow store as base/mlflow.db: what a module fixture builds for `fresh_copy` to hand out.

@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 import pytest
 import yaml
-from conftest import make_project
+from conftest import make_project, split_project
 
 from trainflow.errors import ParamsError
 from trainflow.params import load_params
@@ -61,21 +61,8 @@ def trials(root: Path) -> pd.DataFrame:
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A project whose splits are made and committed to DVC (in this process, as `dvc repro split` would: `trainflow
-    tune` then finds nothing to ingest or split) and whose MLflow database exists, for each test to copy."""
-    from mlflow.tracking import MlflowClient
-
-    from tasks import dvc
-    from trainflow.paths import Paths
-    from trainflow.stages import run_stage
-
-    root = make_project(tmp_path_factory.mktemp("prepared") / "proj", SWEEP)
-    paths = Paths(root)
-    for stage in ("ingest", "split"):
-        run_stage(stage, load_params(paths.params), paths)
-        dvc.commit(root, stage)
-    MlflowClient(f"sqlite:///{root / 'mlflow.db'}").search_experiments()
-    return root
+    """A project with its splits made and committed and its MLflow database created, for each test to copy."""
+    return split_project(tmp_path_factory.mktemp("prepared") / "proj", SWEEP)
 
 
 def copy(prepared: Path, dest: Path) -> Path:
