@@ -89,9 +89,14 @@ _run: _Stopping | None = None  # the run this process is (inside `handled`)
 
 
 @contextlib.contextmanager
-def handled() -> Iterator[None]:
+def handled(held: bool = False) -> Iterator[None]:
     """Around `trainflow run`: the stop signals raise Interrupted (see the module's docstring). When the block ends
-    stopping, Prefect's services get what is left of the deadline to flush, or the process ends at once."""
+    stopping, Prefect's services get what is left of the deadline to flush, or the process ends at once.
+
+    `held`: this process is the command (not a caller, such as a test). When its run has finished, the stop signals
+    do not go back to their defaults: the interpreter's teardown with torch, MLflow and Prefect loaded takes seconds,
+    and SIGUSR1's default action in them killed a finished run (exit -10, after its summary). A signal then ends the
+    process at once, exit 0, one line: the work is done and recorded."""
     global _run
     if threading.current_thread() is not threading.main_thread() or _run is not None:
         yield
@@ -99,8 +104,10 @@ def handled() -> Iterator[None]:
     run = _run = _Stopping()
     previous = {sig: signal.signal(sig, _on_signal) for sig in SIGNALS}
     unraisable, sys.unraisablehook = sys.unraisablehook, functools.partial(_swallowed, sys.unraisablehook)
+    finished = False
     try:
         yield
+        finished = True
     except Exception as exc:
         stop = _stop_in(exc)
         if stop is None:
@@ -113,7 +120,7 @@ def handled() -> Iterator[None]:
             _finish(run)
         else:
             for sig, handler in previous.items():
-                signal.signal(sig, handler)
+                signal.signal(sig, _after_the_run if finished and held else handler)
             sys.unraisablehook = unraisable
             _run = None
 
@@ -169,6 +176,11 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
         raise _copy(run.owed)
     if time.monotonic() - run.since > ECHO_S:
         end_now(run.exit_code, f"trainflow run: {sig.name} again: stopped at once. {RERUN}")
+
+
+def _after_the_run(signum: int, frame: FrameType | None) -> None:
+    """A stop signal after the run finished (`handled(held=True)`): nothing is left to stop or redo."""
+    end_now(0, f"trainflow run: {signal.Signals(signum).name} received after the run finished: exited at once")
 
 
 def _stop_in(exc: BaseException) -> Interrupted | None:

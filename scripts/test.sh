@@ -11,6 +11,12 @@ if [ "${1:-}" = "--slow" ]; then
   # The slow tier also tests tune.backend: ray, an optional extra (a ~80 MB wheel README line 2 does not need).
   python -c "import ray.tune" 2>/dev/null || python -m pip install --disable-pip-version-check -q -e ".[ray]" \
     -c <(echo "torch==$(python -W ignore -c "import torch; print(torch.__version__.split('+')[0])")")
+  # Only the files that mark a test slow are collected (each worker collects what it is given: the whole suite costs
+  # it seconds of imports more), unless the command is given arguments for pytest.
+  if [ $# -eq 0 ]; then
+    mapfile -t slow_files < <(grep -rlE "mark\.slow" tests --include='test_*.py' | sort)
+    set -- "${slow_files[@]}"
+  fi
   # The slow tier's longest tests (a cron's minutes, fresh clones, chains of `dvc repro`) get twice the default limit.
   # Two workers as below: most of the slow tier waits on subprocesses and servers (Slurm's queue, a cron's minute).
   # Files go to them longest first (tests/conftest.py: SLOW_LONGEST_FIRST), not xdist's most-tests-first.

@@ -266,7 +266,7 @@ def _main(argv: Sequence[str] | None) -> int:
     for key, value in ENV_DEFAULTS.items():
         os.environ.setdefault(key, value)
     try:
-        with _stage_watch(args, program=argv is None), _run_signals(args):
+        with _stage_watch(args, program=argv is None), _run_signals(args, program=argv is None):
             return _dispatch(args)
     except Preempted as exc:  # not an error: the checkpoint is written, a rerun resumes
         print(f"preempted: {exc}", file=sys.stderr)
@@ -311,14 +311,15 @@ def _stage_watch(args: argparse.Namespace, program: bool) -> contextlib.Abstract
     return watch
 
 
-def _run_signals(args: argparse.Namespace) -> contextlib.AbstractContextManager[object]:
+def _run_signals(args: argparse.Namespace, program: bool) -> contextlib.AbstractContextManager[object]:
     """`trainflow run`: SIGINT, SIGTERM and SIGUSR1 end it at any moment within seconds, exit 75 or 130, one line
-    (flows/interrupts.py); in training the train stage's own Watch catches them first."""
+    (flows/interrupts.py); in training the train stage's own Watch catches them first. `program`: this process is the
+    command, so after a finished run they end it at once, exit 0."""
     if args.command != "run":
         return contextlib.nullcontext()
     from flows.interrupts import handled
 
-    return handled()
+    return handled(held=program)
 
 
 def _dispatch(args: argparse.Namespace) -> int:

@@ -80,9 +80,10 @@ RUN = textwrap.dedent(
 
 # `trainflow run` itself, its stages replaced by a wait: the CLI's way out of a stopped run. Abandoned is what a stop
 # leaves half-made (a progress callback of fsspec's, whose __del__ failed once the stop's traceback was freed).
+# FINISHED: the run finishes at once and the interpreter's teardown takes its time (an atexit callback waits there).
 CLI = textwrap.dedent(
     """
-    import sys, time
+    import atexit, os, sys, time
     from trainflow import cli
 
     class Abandoned:
@@ -90,6 +91,9 @@ CLI = textwrap.dedent(
             raise AttributeError("'function' object has no attribute 'close'")
 
     def stages(args):
+        if os.environ.get("FINISHED"):
+            atexit.register(lambda: (print("ready", flush=True), time.sleep(60)))
+            return 0
         abandoned = Abandoned()  # freed with the traceback of the stop
         print("ready", flush=True)
         time.sleep(60)
@@ -198,3 +202,14 @@ def test_a_stop_that_a_stage_swallowed_is_raised_again_where_the_flow_goes_on_to
     proc = start(SWALLOWED="1")
     os.killpg(proc.pid, signal.SIGINT)
     assert ended(proc) == (130, f"interrupted: {RERUN}")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGUSR1], ids=lambda sig: sig.name)
+def test_a_signal_after_the_run_finished_ends_the_process_at_once_with_0_not_by_the_signal_s_default(
+    sig: signal.Signals,
+) -> None:
+    """A scheduler's SIGUSR1 while a finished run's interpreter tore down (seconds, with torch, MLflow and Prefect
+    loaded) killed it by SIGUSR1's default action (exit -10) once its summary was printed."""
+    proc = start(CLI="1", FINISHED="1")
+    os.kill(proc.pid, sig)
+    assert ended(proc) == (0, f"trainflow run: {sig.name} received after the run finished: exited at once\n")
