@@ -6,11 +6,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"
+# Bytecode written and reused: the tiers start hundreds of processes (trainflow, DVC, ranks, servers), and with
+# PYTHONDONTWRITEBYTECODE set (some images set it) each compiled trainflow's modules again, ~1 s of CPU apiece.
+unset PYTHONDONTWRITEBYTECODE
 if [ "${1:-}" = "--slow" ]; then
   shift
   # The slow tier also tests tune.backend: ray, an optional extra (a ~80 MB wheel README line 2 does not need).
-  python -c "import ray.tune" 2>/dev/null || python -m pip install --disable-pip-version-check -q -e ".[ray]" \
-    -c <(echo "torch==$(python -W ignore -c "import torch; print(torch.__version__.split('+')[0])")")
+  if ! python -c "import ray.tune" 2>/dev/null; then
+    torch_pin="torch==$(python -W ignore -c "import torch; print(torch.__version__.split('+')[0])")"
+    # uv where scripts/setup.sh installed it (seconds; pip's resolver takes minutes over trainflow's dependencies)
+    python -m uv pip install --python .venv/bin/python --quiet --compile-bytecode -e ".[ray]" -c <(echo "$torch_pin") \
+      || python -m pip install --disable-pip-version-check -q -e ".[ray]" -c <(echo "$torch_pin")
+  fi
   # Only the files that mark a test slow are collected (each worker collects what it is given: the whole suite costs
   # it seconds of imports more), unless the command is given arguments for pytest.
   if [ $# -eq 0 ]; then

@@ -62,10 +62,10 @@ import prefect.main  # noqa: E402, F401
 SLOW_LONGEST_FIRST = tuple(
     f"tests/{name}.py"
     for name in (
-        "stages/test_preempt_anywhere", "flows/test_slurm", "stages/test_tune", "reliability/test_kill_anywhere",
-        "flows/test_preempt_flow", "stages/test_verify", "flows/test_interrupt_run", "stages/test_distributed_stage",
-        "flows/test_your_data_flows", "flows/test_scheduled_crash", "reliability/test_twice_at_once",
-        "reliability/test_tracking_outage", "stages/test_tune_ray", "stages/test_tune_faults",
+        "reliability/test_kill_anywhere", "stages/test_tune", "flows/test_preempt_flow", "stages/test_preempt_anywhere",
+        "stages/test_verify", "stages/test_distributed_stage", "flows/test_your_data_flows",
+        "reliability/test_tracking_outage", "flows/test_interrupt_run", "reliability/test_twice_at_once",
+        "flows/test_scheduled_crash", "stages/test_tune_ray", "flows/test_slurm", "stages/test_tune_faults",
         "flows/test_retrain_script", "stages/test_images", "stages/test_preempt", "flows/test_data_trigger",
         "reliability/test_disk_full", "reliability/test_corrupt_files", "engine/test_distributed",
         "flows/test_deployment", "engine/test_crash_resume",
