@@ -3,7 +3,7 @@
 A pytest session on two xdist workers, with the project's pytest settings, pytest-timeout and
 tests/timeout_backstop.py (as tests/conftest.py loads it), runs a test that waits forever in C holding the GIL (as a
 process hung in a C++ destructor does) and one that sleeps: each is stopped at its limit, reported as failed, and its
-stack printed.
+stack printed. Slow tier: two pytest sessions' workers start, hang and restart (~25 s of a worker here).
 """
 
 from __future__ import annotations
@@ -14,6 +14,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 
