@@ -32,18 +32,9 @@ if [ "${1:-}" = "--slow" ]; then
 fi
 ruff check .
 ruff format --check .
-# mypy is single-threaded: run before the tests, its ~70 s cold (a fresh clone) left one core idle. Beside them it
-# takes the CPU the workers leave; its report comes after theirs, and either failing fails the command.
-mypy_log=$(mktemp)
-mypy >"$mypy_log" 2>&1 &
-mypy_pid=$!
-trap 'kill "$mypy_pid" 2>/dev/null || true; rm -f "$mypy_log"' EXIT
-status=0
+mypy
 # Two workers, one torch thread each: most of a test's time is a subprocess starting (trainflow, DVC, a server), so
 # two at once fill two cores; with torch's default threads they would fight over them (8.4 min serial, 5.0 min here).
 # --dist loadfile keeps a file on one worker, so its module fixtures (a Prefect server, a chaos workspace) start once.
 # `-n 0` (or any other -n) after scripts/test.sh overrides this.
-OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" python -m pytest -q -m "not slow" -n 2 --dist loadfile "$@" || status=$?
-wait "$mypy_pid" || status=1
-cat "$mypy_log"
-exit "$status"
+OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" python -m pytest -q -m "not slow" -n 2 --dist loadfile "$@"
