@@ -18,8 +18,8 @@ pip_install() { .venv/bin/python -m pip install --disable-pip-version-check -q "
 index=()
 [ -n "${TORCH_INDEX_URL:-}" ] && index=(--index-url "$TORCH_INDEX_URL")
 
-# torch and its dependencies go in without bytecode, compiled next on every core (pip compiles one file at a time:
-# ~30 s of its ~45 s here).
+# torch and its dependencies go in without bytecode, compiled next on every core (pip compiles one file at a time,
+# most of torch's install).
 torch_install() { pip_install --no-compile "$@"; }
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   if [ -n "${TORCH_SPEC:-}" ]; then
@@ -44,10 +44,9 @@ fi
 # Editable, so dvc.yaml's `trainflow stage ...` runs the code in this checkout. The torch just chosen stays: the
 # installer may not swap it for another build to satisfy a dependency (a newer torch from PyPI would be the CUDA one).
 torch_version=$(.venv/bin/python -W ignore -c "import torch; print(torch.__version__.split('+')[0])")
-# With uv, when it installs: pip resolved and installed trainflow's ~240 packages in ~4.5 minutes on 2 cores (half in
-# its resolver, half compiling bytecode one file at a time), uv in ~40 s, bytecode compiled too (every process would
-# compile what it imports otherwise). uv reads no pip.conf: where it cannot install (a mirror only pip is told of),
-# pip does, as before.
+# With uv, when it installs: pip spends minutes on trainflow's ~240 packages (its resolver over the index pages, then
+# bytecode one file at a time), uv a fraction of that, bytecode compiled too (every process would compile what it
+# imports otherwise). uv reads no pip.conf: where it cannot install (a mirror only pip is told of), pip does.
 if pip_install uv && .venv/bin/python -m uv pip install --python .venv/bin/python --quiet --compile-bytecode \
   -e ".${extras}" -c <(echo "torch==${torch_version}"); then
   :

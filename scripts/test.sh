@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"
 # Bytecode written and reused: the tiers start hundreds of processes (trainflow, DVC, ranks, servers), and with
-# PYTHONDONTWRITEBYTECODE set (some images set it) each compiled trainflow's modules again, ~1 s of CPU apiece.
+# PYTHONDONTWRITEBYTECODE set (some images set it) each compiled trainflow's modules from source again.
 unset PYTHONDONTWRITEBYTECODE
 if [ "${1:-}" = "--slow" ]; then
   shift

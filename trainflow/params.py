@@ -1123,7 +1123,7 @@ LOCATED = re.compile(r"^(tune\.space\.\S+: .+\n?)+$")
 
 
 # libyaml's parser where PyYAML was built with it (its wheels are): params.yaml is read by every stage and command,
-# and PyYAML's pure-Python one took ~40 ms a read, ~8% of the default test tier's CPU. Same resolver and constructor.
+# and PyYAML's pure-Python parser is an order of magnitude slower. Same resolver and constructor.
 _LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
