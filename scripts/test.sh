@@ -6,9 +6,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"
-# Bytecode written and reused: the tiers start hundreds of processes (trainflow, DVC, ranks, servers), and with
-# PYTHONDONTWRITEBYTECODE set (some images set it) each compiled trainflow's modules from source again.
-unset PYTHONDONTWRITEBYTECODE
 if [ "${1:-}" = "--slow" ]; then
   shift
   # The slow tier also tests tune.backend: ray, an optional extra (a ~80 MB wheel README line 2 does not need).
