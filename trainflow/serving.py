@@ -14,7 +14,6 @@ the manifest the registry recorded at registration (`trainflow.manifest`) before
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -66,15 +65,7 @@ def load(model: str) -> Any:
     model card print to load a model."""
     import mlflow.pyfunc
 
-    local = str(checked(model))
-    # Python writes bytecode beside what it imports: a models-from-code version imports its code from the store, and
-    # the __pycache__ it left there made the manifest refuse every later load. Extra files stay refused (a planted
-    # .pyc would run instead of its source), so nothing is written there.
-    before, sys.dont_write_bytecode = sys.dont_write_bytecode, True
-    try:
-        return mlflow.pyfunc.load_model(local)
-    finally:
-        sys.dont_write_bytecode = before
+    return mlflow.pyfunc.load_model(str(checked(model)))
 
 
 def download(model: str, dest: Path) -> Path:
