@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Lint, type-check and run the default test tier from .venv (created by scripts/setup.sh --dev): what README line 2
-# runs, in under 10 minutes on 2 cores. `bash scripts/test.sh --slow` runs the slow tier instead (real servers,
+# Lint and run the default test tier from .venv (created by scripts/setup.sh --dev): what README line 2 runs, in under
+# 10 minutes on 2 cores. `bash scripts/test.sh --slow` type-checks (mypy) and runs the slow tier instead (real servers,
 # Prefect deployments, fresh clones; see `slow` in pyproject.toml), which CI runs after README line 2.
 # Extra arguments go to pytest.
 set -euo pipefail
@@ -8,6 +8,9 @@ cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH"
 if [ "${1:-}" = "--slow" ]; then
   shift
+  # mypy's first run in a checkout analyses torch, pandas, MLflow and Prefect: about a minute of a 2-core machine,
+  # which README line 2 cannot spare (it is cached after). Before ray goes in, which would add its own analysis.
+  mypy
   # The slow tier also tests tune.backend: ray, an optional extra (a ~80 MB wheel README line 2 does not need).
   if ! python -c "import ray.tune" 2>/dev/null; then
     torch_pin="torch==$(python -W ignore -c "import torch; print(torch.__version__.split('+')[0])")"
@@ -29,7 +32,6 @@ if [ "${1:-}" = "--slow" ]; then
 fi
 ruff check .
 ruff format --check .
-mypy
 # Two workers, one torch thread each: most of a test's time is a subprocess starting (trainflow, DVC, a server), so
 # two at once fill two cores; with torch's default threads they would fight over them (8.4 min serial, 5.0 min here).
 # --dist loadfile keeps a file on one worker, so its module fixtures (a Prefect server, a chaos workspace) start once.
