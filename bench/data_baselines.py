@@ -114,8 +114,8 @@ def find_metric(metrics: dict[str, Any], key: str) -> float | None:
 
 def run_stages(root: Path, names: list[str]) -> dict[str, Any]:
     """Run stages in-process in `root`; returns {stage: (summary, seconds)}. Stage output goes to stderr."""
+    from trainflow.core.paths import Paths
     from trainflow.params import load_params
-    from trainflow.paths import Paths
     from trainflow.stages import run_stage
 
     paths = Paths(root)
@@ -185,8 +185,8 @@ def baseline(
 
 
 def run_case(case: Case, workdir: Path, fallbacks: bool, deadline: float) -> dict[str, Any]:
+    from trainflow.core.paths import Paths
     from trainflow.params import write_overrides
-    from trainflow.paths import Paths
 
     root = make_project(workdir / case.name)
     paths = Paths(root)

@@ -11,7 +11,7 @@ imports included) is its own:
     split     run_stage("split") on what ingest wrote.
     memory    the table's in-memory size: pyarrow Table.nbytes, pandas memory_usage(deep=True), and the same for the
               processed table trainflow wrote (data/processed/table.parquet).
-    loader    trainflow.engine.data.TensorData over a float32 [5M, 20] tensor: batch(idx) for every window of 1024
+    loader    trainflow.engine.loaders.TensorData over a float32 [5M, 20] tensor: batch(idx) for every window of 1024
               indices of epoch_order(n, seed, epoch), one epoch (and a second, warm one); samples/s.
 
 Targets: (ingest + split) seconds <= 2x pyarrow's; peak RSS of ingest and of split <= 3x the Arrow table's nbytes;
@@ -73,8 +73,8 @@ def step_pyarrow(csv: Path, workdir: Path) -> dict[str, Any]:
 
 
 def step_stage(name: str, project: Path) -> dict[str, Any]:
+    from trainflow.core.paths import Paths
     from trainflow.params import load_params
-    from trainflow.paths import Paths
     from trainflow.stages import run_stage
 
     paths = Paths(project)
@@ -109,7 +109,7 @@ def step_memory(csv: Path, project: Path) -> dict[str, Any]:
 def step_loader(rows: int, features: int, batch: int) -> dict[str, Any]:
     import torch
 
-    from trainflow.engine.data import TensorData, epoch_order
+    from trainflow.engine.loaders import TensorData, epoch_order
 
     g = torch.Generator().manual_seed(0)
     x = torch.randn(rows, features, generator=g, dtype=torch.float32)

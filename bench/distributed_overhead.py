@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import engine_overhead as eo  # noqa: E402  (the model, data, optimizer and schedule the single-process bench uses)
 
 from trainflow.engine import distributed  # noqa: E402
-from trainflow.engine.data import TensorData  # noqa: E402
+from trainflow.engine.loaders import TensorData  # noqa: E402
 from trainflow.engine.objective import Objective  # noqa: E402
 from trainflow.engine.precision import Precision  # noqa: E402
 from trainflow.engine.trainer import Trainer  # noqa: E402

@@ -40,7 +40,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from trainflow.engine.checkpoint import load_checkpoint
-from trainflow.engine.data import TensorData
+from trainflow.engine.loaders import TensorData
 from trainflow.engine.objective import Objective
 from trainflow.engine.precision import Precision
 from trainflow.engine.trainer import Trainer

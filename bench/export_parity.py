@@ -85,9 +85,9 @@ def data(case: str, work: Path) -> Path | None:
 def run_case(case: str, work: Path) -> dict[str, Any]:
     import pandas as pd
 
+    from trainflow.artifacts.predict import ExportedModel
+    from trainflow.core.paths import Paths
     from trainflow.params import load_params, write_overrides
-    from trainflow.paths import Paths
-    from trainflow.predict import ExportedModel
     from trainflow.stages import run_stage
 
     root = work / case

@@ -2,7 +2,8 @@
 
 Default: the null-rate table. For every metric `register.gate_metric` accepts, at n test rows in {10, 20, 50, 269},
 `--sims` simulated pairs (300) drawn by a generator of two exchangeable models (neither is better: which one is the
-challenger does not matter), each decided by trainflow.gate.compare/decide (`promote_if: better`, margin 0, 95%):
+challenger does not matter), each decided by trainflow.registry.gate.compare/decide (`promote_if: better`, margin 0,
+95%):
 - regression (r2, rmse, mae): labels N(0, 1); each model's errors Gaussian N(0, 1), or Student t with 2 degrees of
   freedom (heavy tails: infinite variance);
 - classification (accuracy, log_loss, f1_macro, roc_auc, pr_auc, ece): 2 or 3 classes equally likely; each model sees
@@ -15,7 +16,7 @@ challenger at s = 2.5 and calibrated, the champion at s = 1.5 and overconfident 
 test's own rejection rate, the minimum number of rows aside (the gate keeps the champion below gate.MIN_ROWS).
 A last table is outside the exchangeable null: two regression models with the same expected squared (or absolute)
 error, Gaussian against Laplace errors, whose differences are skewed; no test of a mean holds its level there on a
-few rows (module docstring of trainflow.gate).
+few rows (module docstring of trainflow.registry.gate).
 
     .venv/bin/python bench/gate.py                      # the tables, a few minutes on 2 cores
     .venv/bin/python bench/gate.py --old 7f142e6        # the same simulation against the gate of a git revision
@@ -52,8 +53,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from trainflow import gate  # noqa: E402
-from trainflow.gate import Scored  # noqa: E402
+from trainflow.registry import gate  # noqa: E402
+from trainflow.registry.gate import Scored  # noqa: E402
 
 LEVEL = 0.05
 SIZES = (10, 20, 50, 269)
@@ -114,15 +115,19 @@ SKEWED = {
 }
 
 
-# --- the old gate (a git revision's trainflow/gate.py), for the before/after table ---------------------------------
+# --- the old gate (a git revision's trainflow/registry/gate.py), for the before/after table
+# ---------------------------------
 
 
 def old_gate(revision: str) -> ModuleType:
-    """trainflow/gate.py as it was at `revision`, imported as a module of its own; the metrics it computed one
+    """trainflow/registry/gate.py as it was at `revision`, imported as a module of its own; the metrics it computed one
     bootstrap resample at a time with sklearn (f1_macro, roc_auc, pr_auc, ece) computed for all resamples at once,
     the same values, so the table takes minutes."""
     source = subprocess.run(
-        ["git", "-C", str(ROOT), "show", f"{revision}:trainflow/gate.py"], check=True, capture_output=True, text=True
+        ["git", "-C", str(ROOT), "show", f"{revision}:trainflow/registry/gate.py"],
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
     path = Path(tempfile.mkdtemp(prefix="trainflow-old-gate-")) / "old_gate.py"
     path.write_text(source)
@@ -146,7 +151,7 @@ def old_gate(revision: str) -> ModuleType:
 
 
 def ranked(metric: str, labels: np.ndarray, proba: np.ndarray) -> np.ndarray:
-    """evaluate.ranked_metrics of each resample (labels [p, n], proba [p, n, k]), sorting each resample's scores."""
+    """metrics.ranked_metrics of each resample (labels [p, n], proba [p, n, k]), sorting each resample's scores."""
     from scipy.stats import rankdata
 
     k = proba.shape[2]
@@ -237,9 +242,9 @@ def real_models(pairs: int) -> None:
     sys.path.insert(0, str(ROOT / "tests"))
     from conftest import make_project  # a project holding this checkout's committed pipeline
 
+    from trainflow.artifacts.predict import ExportedModel
+    from trainflow.core.paths import Paths
     from trainflow.params import load_params, write_overrides
-    from trainflow.paths import Paths
-    from trainflow.predict import ExportedModel
     from trainflow.stages import run_stage
     from trainflow.stages.register import scored
 
@@ -295,7 +300,7 @@ def main() -> None:
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="test rows, comma-separated")
     parser.add_argument("--permutations", type=int, default=199, help="random swaps (f1_macro, roc_auc, pr_auc, ece)")
     parser.add_argument("--metrics", help="only these metrics, comma-separated")
-    parser.add_argument("--old", metavar="REVISION", help="decide with trainflow/gate.py of this git revision")
+    parser.add_argument("--old", metavar="REVISION", help="decide with trainflow/registry/gate.py of this git revision")
     parser.add_argument("--real-models", action="store_true", help="pairs of trained digits models instead")
     parser.add_argument("--pairs", type=int, default=20, help="--real-models: pairs of each kind")
     args = parser.parse_args()

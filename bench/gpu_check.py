@@ -45,7 +45,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from trainflow.engine import flops
-from trainflow.engine.data import TextData
+from trainflow.engine.loaders import TextData
 from trainflow.engine.objective import Objective
 from trainflow.engine.precision import Precision
 from trainflow.engine.schedule import lr_at

@@ -5,10 +5,11 @@ kill them (bench/mutation.sh measures the package's kill rate; this helps raise 
 Needs the mutants that `mutmut run` makes under mutants/ (bench/mutation.sh makes them; `mutmut run "no-such-*"`
 makes them and stops). Then, from the checkout whose tests you are writing:
 
-  .venv/bin/python bench/mutation_against.py --sample 30 --seed 1 'trainflow.card.*' -- tests/unit/test_card.py
+  .venv/bin/python bench/mutation_against.py --sample 30 --seed 1 'trainflow.registry.card.*' -- tests/unit/test_card.py
   .venv/bin/python bench/mutation_against.py --names names.txt -- tests/unit/test_x.py tests/unit/test_y.py
 
-Globs name mutants (module.function: 'trainflow.card.x_markdown__mutmut_*'; methods 'trainflow.m.xǁClassǁname__*').
+Globs name mutants (module.function: 'trainflow.registry.card.x_markdown__mutmut_*'; methods
+'trainflow.m.xǁClassǁname__*').
 Each test file named is first copied from this checkout into the mutants' tests, so your edits are what runs. The
 tests run once on the unmutated code (they must pass); then a mutant whose tests still pass has SURVIVED and its
 diff is printed. --exclude FILE leaves out the mutants named there (a sample held out to measure on, blind).
@@ -64,7 +65,9 @@ def show(name: str) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument(
-        "patterns", nargs="*", help="mutant name globs, e.g. 'trainflow.card.*' or 'trainflow.card.x_markdown__*'"
+        "patterns",
+        nargs="*",
+        help="mutant name globs, e.g. 'trainflow.registry.card.*' or 'trainflow.registry.card.x_markdown__*'",
     )
     ap.add_argument("--names", help="a file of mutant names, one a line")
     ap.add_argument("--sample", type=int, default=0)

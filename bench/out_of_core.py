@@ -90,8 +90,8 @@ def step_pyarrow(csv: Path, workdir: Path) -> dict[str, Any]:
 def step_stage(name: str, project: Path) -> dict[str, Any]:
     import importlib
 
+    from trainflow.core.paths import Paths
     from trainflow.params import load_params
-    from trainflow.paths import Paths
     from trainflow.stages import run_stage
 
     paths = Paths(project)

@@ -43,7 +43,7 @@ def generate(folder: Path, count: int, size: int) -> None:
     import numpy as np
     from PIL import Image
 
-    from trainflow.engine.progress import progress
+    from trainflow.core.progress import progress
 
     rng = np.random.default_rng(0)
     tints = np.array([[40, 0, 0], [0, 40, 0], [0, 0, 40], [20, 20, 0]])

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from trainflow.engine.data import MemmapData, epoch_order  # noqa: E402
+from trainflow.engine.loaders import MemmapData, epoch_order  # noqa: E402
 
 FEATURES, BATCH = 70, 1024
 CHUNK = "64MB"

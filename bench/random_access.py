@@ -34,7 +34,7 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 import torch
 
-from trainflow.engine.data import RowFile
+from trainflow.engine.loaders import RowFile
 
 BATCH = 256
 

@@ -81,8 +81,8 @@ def project(dest: Path, table: str, seed: int) -> Path:
 
 
 def run_stage(root: Path, name: str) -> dict[str, Any]:
+    from trainflow.core.paths import Paths
     from trainflow.params import load_params
-    from trainflow.paths import Paths
     from trainflow.stages import run_stage as run
 
     paths = Paths(root)
@@ -97,8 +97,8 @@ def baselines(root: Path) -> dict[str, float]:
     from sklearn.linear_model import LogisticRegression, Ridge
     from sklearn.metrics import accuracy_score, r2_score
 
+    from trainflow.core.paths import Paths
     from trainflow.data.preprocess import Preprocessor
-    from trainflow.paths import Paths
 
     paths = Paths(root)
     pre = Preprocessor.load(paths.final)
@@ -123,8 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(1)
+    from trainflow.core.paths import Paths
     from trainflow.params import write_overrides
-    from trainflow.paths import Paths
 
     work = Path(tempfile.mkdtemp(prefix="trainflow-small-tables-"))
     rows: list[dict[str, Any]] = []

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from trainflow.engine.data import Dataset, MemmapData, TensorData, epoch_order  # noqa: E402
+from trainflow.engine.loaders import Dataset, MemmapData, TensorData, epoch_order  # noqa: E402
 
 FEATURES = 70
 

@@ -216,8 +216,8 @@ def run_set(name: str, work: Path) -> dict[str, Any]:
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
 
+    from trainflow.core.paths import Paths
     from trainflow.params import load_params, write_overrides
-    from trainflow.paths import Paths
     from trainflow.stages import run_stage
 
     make, n = SETS[name]

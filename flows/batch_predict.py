@@ -14,8 +14,8 @@ from pathlib import Path
 from prefect import flow, task
 
 from tasks.retry import OUTSIDE_WORLD
-from trainflow.batch import predict_file
-from trainflow.predict import BATCH_SIZE
+from trainflow.artifacts.batch_predict import predict_file
+from trainflow.artifacts.predict import BATCH_SIZE
 
 
 @task(name="predict", **OUTSIDE_WORLD)  # loads from the registry: retried with backoff, unless the input is bad
@@ -27,7 +27,7 @@ def predict(model: str, input: str, output: str, batch_size: int) -> dict[str, o
 def batch_predict(model: str, input: str, output: str, batch_size: int = BATCH_SIZE) -> dict[str, object]:
     """Score every row of `input` (csv, tsv, parquet, jsonl) with `model`; write rows + predictions to `output`."""
     from trainflow import tracking
-    from trainflow.paths import Paths
+    from trainflow.core.paths import Paths
 
     tracking.configure(Paths.default().root)  # models:/ URIs resolve against the project's registry
     return predict(model, input, output, batch_size)

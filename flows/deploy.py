@@ -12,9 +12,9 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from trainflow.errors import UserError
+from trainflow.core.errors import UserError
+from trainflow.core.paths import Paths
 from trainflow.params import DeployParams, read_raw, validate
-from trainflow.paths import Paths
 
 NO_SERVER = """trainflow deploy needs a Prefect server: schedules fire only on a server that keeps running, and \
 PREFECT_API_URL is not set (Prefect's local mode starts a temporary server per process, which never schedules). \
@@ -60,7 +60,7 @@ def serve_kwargs(root: Path, deploy: DeployParams) -> dict[str, Any]:
     from prefect.events import DeploymentEventTrigger
     from prefect.schedules import Cron
 
-    from trainflow import arrival
+    from trainflow.data import arrival
 
     parameters = {"root": str(root.resolve())}
     triggers = [

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
-from trainflow.errors import PREEMPTED
+from trainflow.core.errors import PREEMPTED
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
 INTERRUPTED = 130  # 128 + SIGINT: what a shell shows for a program stopped by Ctrl-C

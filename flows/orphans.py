@@ -2,8 +2,8 @@
 
 A flow run whose process is SIGKILLed, or whose machine goes down with the Prefect server (a redeploy, a reboot),
 never reports its end, and Prefect shows it Running forever. Each training_pipeline run tags itself with its
-workspace and its process (trainflow.workspace); a later run of the workspace, once it holds the workspace, looks for
-Running runs with the same workspace tag whose process is gone and sets them Crashed, with a message saying so.
+workspace and its process (trainflow.core.workspace); a later run of the workspace, once it holds the workspace, looks
+for Running runs with the same workspace tag whose process is gone and sets them Crashed, with a message saying so.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trainflow import processes
+from trainflow.core import processes
 
 WORKSPACE_PREFIX = "trainflow-workspace:"
 PROCESS_PREFIX = "trainflow-process:"

@@ -27,9 +27,11 @@ from tasks import dvc
 from tasks.ingest import ingest
 from tasks.split import split
 from trainflow import tune
-from trainflow.errors import ParamsError
+from trainflow.core.errors import ParamsError
+from trainflow.core.paths import Paths
 from trainflow.params import PipelineParams, load_params
-from trainflow.paths import Paths
+from trainflow.tune import runs as tune_runs
+from trainflow.tune import study as tune_study
 
 
 @task(name="trial")
@@ -60,7 +62,7 @@ def tune_worker(root: str = ".", overrides: list[str] | None = None, trials: int
     params = _params(paths, overrides or [])
     if params.tune.backend != "optuna":
         raise ParamsError("params.yaml", [("tune.backend", "a work-pool worker runs Optuna trials: set it to optuna")])
-    return tune.work(params, paths.root, trials or params.tune.trials, *tune.hashes(params, paths))
+    return tune.work(params, paths.root, trials or params.tune.trials, *tune_study.hashes(params, paths))
 
 
 @flow(name="sweep")
@@ -92,8 +94,8 @@ def sweep(
                                                "leave out deployment, or set tune.backend: optuna")])  # fmt: skip
         return tune.run(params, paths, trials=trials, workers=workers, apply=apply)
     budget, workers = trials or params.tune.trials, workers or params.tune.workers
-    data, code = tune.hashes(params, paths)
-    s = open_study(params, project, budget, data, code, on_create=tune.parent_run(params, project))
+    data, code = tune_study.hashes(params, paths)
+    s = open_study(params, project, budget, data, code, on_create=tune_runs.parent_run(params, project))
     left = budget - s.terminal()
     logger.info("study %s: %d of %d trials left, %d at a time", s.name, left, budget, workers)
     if deployment:
@@ -104,7 +106,7 @@ def sweep(
         fan_out(str(project), params.model_dump(mode="json"), budget, left)
     top = results.write(s, paths.reports / "tune")
     if s.terminal() == budget:
-        tune.finish_parent(s, top)
+        tune_runs.finish_parent(s, top)
     summary: dict[str, Any] = {"study": s.name, "ended": s.terminal(), "trials": budget, "best": top}
     if apply and top is not None:
         summary["applied"] = results.apply(top, paths.params)

@@ -24,10 +24,11 @@ from tasks.push import push
 from tasks.register import register
 from tasks.split import split
 from tasks.train import PREEMPTED_STATE, train
-from trainflow import report, workspace
-from trainflow.io import failpoint
+from trainflow.core import workspace
+from trainflow.core.io import failpoint
+from trainflow.core.paths import Paths
 from trainflow.params import load_params
-from trainflow.paths import Paths
+from trainflow.stages import report
 
 STAGE_TASKS = (ingest, split, train, evaluate, register)
 

@@ -27,7 +27,7 @@ def _atomic_dump(original: Callable[..., Any]) -> Callable[..., Any]:
     `trainflow run` or `dvc repro` failed on it. Here the YAML goes to a temp file beside it, which is fsynced and
     renamed over: a reader sees the old lock file or the new one.
     """
-    from trainflow.io import atomic_path
+    from trainflow.core.io import atomic_path
 
     def dump(path: Any, data: Any, dumper: Any, fs: Any = None, **dumper_args: Any) -> Any:
         if fs is not None and getattr(fs, "protocol", None) != "local":
@@ -52,7 +52,7 @@ def _repo(root: Path):  # type: ignore[no-untyped-def]
     from dvc.exceptions import NotDvcRepoError
     from dvc.repo import Repo
 
-    from trainflow.errors import UserError
+    from trainflow.core.errors import UserError
 
     _install_atomic_dumps()
     # Importing dvc sets its logger to INFO; its per-stage "Updating lock file" lines would repeat the flow's own.
@@ -69,7 +69,7 @@ def _open(root: Path) -> Iterator[Any]:
     merge conflict) is a UserError naming the file, where, and how to repair it."""
     from dvc.utils.strictyaml import YAMLSyntaxError, YAMLValidationError
 
-    from trainflow.errors import UserError
+    from trainflow.core.errors import UserError
 
     try:
         with contextlib.chdir(root), _repo(root) as repo:
@@ -92,7 +92,7 @@ def _open(root: Path) -> Iterator[Any]:
 def _waiting(root: Path, call: Callable[[Any], T]) -> T:
     """`call(repo)`, waiting while another DVC process (`dvc repro`, `dvc push`) holds DVC's locks instead of
     failing: DVC takes them before it changes anything, so trying again is safe. It cannot deadlock: a stage that
-    `dvc repro` runs never waits for trainflow's workspace lock (trainflow.workspace). A corrupt rwlock file is
+    `dvc repro` runs never waits for trainflow's workspace lock (trainflow.core.workspace). A corrupt rwlock file is
     repaired first (`_remove_corrupt_rwlock`)."""
     from dvc.lock import LockError  # DVC's repo lock and its rwlock (dvc.rwlock raises it too)
     from dvc.rwlock import RWLockFileCorruptedError, RWLockFileFormatError
@@ -164,7 +164,7 @@ def push(root: Path, remote: str) -> int:
     and logs why per file); the partial uploads it left behind are removed, so freeing space is all it takes."""
     from dvc.exceptions import UploadError
 
-    from trainflow.io import disk_full, failpoint, no_space
+    from trainflow.core.io import disk_full, failpoint, no_space
 
     failpoint("push")
     with _open(root) as repo:

@@ -13,7 +13,7 @@ from typing import Any
 
 from prefect.tasks import exponential_backoff
 
-from trainflow.errors import UserError
+from trainflow.core.errors import UserError
 
 RETRIES = 3
 FIRST_DELAY_S = float(os.environ.get("TRAINFLOW_RETRY_DELAY_S", "10"))

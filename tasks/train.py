@@ -12,10 +12,10 @@ from prefect.states import Crashed
 
 from flows import interrupts
 from tasks.stage import run
+from trainflow.core.errors import PREEMPTED, Preempted
+from trainflow.core.paths import Paths
 from trainflow.engine.preempt import watching
-from trainflow.errors import PREEMPTED, Preempted
 from trainflow.params import load_params
-from trainflow.paths import Paths
 
 PREEMPTED_STATE = "Preempted"  # the name of the train task's (and the flow run's) state after a preemption
 

@@ -242,8 +242,8 @@ def split_project(root: Path, settings: dict[str, object]) -> Path:
     from mlflow.tracking import MlflowClient
 
     from tasks import dvc
+    from trainflow.core.paths import Paths
     from trainflow.params import load_params
-    from trainflow.paths import Paths
     from trainflow.stages import run_stage
 
     make_project(root, settings)
@@ -259,8 +259,8 @@ def run_blobs_once(base: Path, empty_store: Path, data: pd.DataFrame) -> Path:
     """csv_project's project on `data`, run through every stage in-process once, in base/work/proj, and kept as
     base/pristine with its MLflow store as base/mlflow.db: what a module fixture builds for `fresh_copy` to hand out.
     A whole run is seconds; a module's tests that start from a finished run share one."""
+    from trainflow.core.paths import Paths
     from trainflow.params import load_params
-    from trainflow.paths import Paths
     from trainflow.stages import STAGES, run_stage
 
     root = make_project(
@@ -304,8 +304,8 @@ def trained(_blobs_run_once: Path, _isolated_tracking: None) -> Path:
 
 def retrain(root: Path, seed: int) -> None:
     """A new training run, as after new data or params: the same model, trained from another seed (new weights)."""
+    from trainflow.core.paths import Paths
     from trainflow.params import load_params, write_overrides
-    from trainflow.paths import Paths
     from trainflow.stages import run_stage
 
     paths = Paths(root)

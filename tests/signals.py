@@ -1,7 +1,7 @@
 """A signal from outside at a chosen moment of `trainflow stage train`, for the preemption tests.
 
-The moment is a failpoint (trainflow.io.failpoint) whose signal is SIGSTOP: the process that reaches it (the stage's
-process, or rank N of a distributed run) stops itself there. The test then sends the signal as a scheduler or a
+The moment is a failpoint (trainflow.core.io.failpoint) whose signal is SIGSTOP: the process that reaches it (the
+stage's process, or rank N of a distributed run) stops itself there. The test then sends the signal as a scheduler or a
 terminal would (to the stage's process, or to its process group, as Ctrl-C does) and lets the stopped process go on:
 the signal is handled as if it had arrived at that very point. Linux only (it reads /proc)."""
 

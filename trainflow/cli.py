@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trainflow.errors import Preempted, ServiceError, UserError
+from trainflow.core.errors import Preempted, ServiceError, UserError
 from trainflow.stages import STAGES
 
 if TYPE_CHECKING:
-    from trainflow.paths import Paths
+    from trainflow.core.paths import Paths
 
 # Quiet, offline-safe defaults for the services we drive; any of them can be overridden from the environment.
 ENV_DEFAULTS = {
@@ -323,8 +323,8 @@ def _run_signals(args: argparse.Namespace, program: bool) -> contextlib.Abstract
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    from trainflow.core.paths import Paths
     from trainflow.params import load_params, schema, write_overrides
-    from trainflow.paths import Paths
 
     paths = Paths.default()
     if args.command == "params":
@@ -337,8 +337,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 0
     if args.command == "predict":
         from trainflow import tracking
-        from trainflow.batch import predict_file
-        from trainflow.predict import BATCH_SIZE
+        from trainflow.artifacts.batch_predict import predict_file
+        from trainflow.artifacts.predict import BATCH_SIZE
 
         if args.batch_size is not None and args.batch_size < 1:
             raise UserError(f"--batch-size must be at least 1, not {args.batch_size}")
@@ -363,7 +363,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         from flows.deploy import serve
 
         return serve(paths, cron=args.cron, name=args.name, timezone=args.timezone)
-    from trainflow import workspace
+    from trainflow.core import workspace
     from trainflow.engine import preempt
 
     load_params(paths.params, args.overrides)  # every problem is reported before anything is written
@@ -380,7 +380,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             return _run(args, paths)
         except UserError as exc:
             if args.overrides and paths.params.read_bytes() != before:  # the overrides led to the error: not kept
-                from trainflow.io import atomic_path
+                from trainflow.core.io import atomic_path
 
                 with atomic_path(paths.params) as tmp:
                     tmp.write_bytes(before)
@@ -474,11 +474,11 @@ def _tune(args: argparse.Namespace, paths: Paths) -> int:
 
 def prepare_data(paths: Paths) -> None:
     """Ingest and split, each only if DVC sees it changed (then `dvc commit`ted, as `trainflow run` does): a sweep's
-    trials train on data/splits. It holds the workspace meanwhile (trainflow.workspace): a second waits here."""
+    trials train on data/splits. It holds the workspace meanwhile (trainflow.core.workspace): a second waits here."""
     if not (paths.root / ".dvc").is_dir():
         return  # not a DVC project: the splits must exist (tune.check says so)
     from tasks import dvc
-    from trainflow import workspace
+    from trainflow.core import workspace
     from trainflow.params import load_params
     from trainflow.stages import run_stage
 
@@ -491,8 +491,9 @@ def prepare_data(paths: Paths) -> None:
 
 
 def _models(args: argparse.Namespace, paths: Paths) -> int:
-    from trainflow import registry, tracking
+    from trainflow import tracking
     from trainflow.params import load_params
+    from trainflow.registry import registry
 
     tracking.configure(paths.root)
     if args.action == "show":
@@ -521,7 +522,7 @@ def _show_card(args: argparse.Namespace) -> int:
     import mlflow.artifacts
     from mlflow.exceptions import MlflowException
 
-    from trainflow.verify import version_of
+    from trainflow.registry.verify import version_of
 
     version = version_of(args.model)
     with tempfile.TemporaryDirectory() as tmp:
@@ -540,7 +541,7 @@ def _show_card(args: argparse.Namespace) -> int:
 
 
 def _data(args: argparse.Namespace, paths: Paths) -> int:
-    from trainflow import arrival
+    from trainflow.data import arrival
 
     if args.action == "watch":
         try:
@@ -560,7 +561,7 @@ def _data(args: argparse.Namespace, paths: Paths) -> int:
 
 def _verify(args: argparse.Namespace, paths: Paths) -> int:
     from trainflow import tracking
-    from trainflow.verify import verify
+    from trainflow.registry.verify import verify
 
     tracking.configure(paths.root)
     result = verify(args.model, paths.root, args.commit)
@@ -640,7 +641,7 @@ def _run(args: argparse.Namespace, paths: Paths) -> int:
         if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 alone speaks
             print(json.dumps({args.name: result}, indent=2, default=str))
         return 0
-    from trainflow.report import summary
+    from trainflow.stages.report import summary
 
     if prefect_api_url() is None:
         from tasks import dvc

@@ -15,7 +15,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from trainflow.errors import ParamsError
+from trainflow.core.errors import ParamsError
 
 
 class Section(BaseModel):
@@ -1212,7 +1212,7 @@ def write_overrides(path: Path, overrides: list[str]) -> None:
         return
     from ruamel.yaml import YAML
 
-    from trainflow.io import atomic_path
+    from trainflow.core.io import atomic_path
 
     load_params(path, overrides)  # validate first: an invalid override never reaches the file
     rt = YAML()

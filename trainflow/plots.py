@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from trainflow.io import atomic_path
+from trainflow.core.io import atomic_path
 
 
 def _figure():  # type: ignore[no-untyped-def]

@@ -8,7 +8,7 @@ the model (a user model's own module travels with it, as it must: `tracking.log_
 That alone does not keep the artifact store's writers from running code: MLflow reads MLmodel first, and an MLmodel
 changed to `code: code` beside a planted `code/trainflow/serving.py` makes `mlflow.pyfunc.load_model` import the
 planted file. So `load` and `download` fetch a registered version's files into a fresh folder and check them against
-the manifest the registry recorded at registration (`trainflow.manifest`) before MLflow reads any of them.
+the manifest the registry recorded at registration (`trainflow.artifacts.manifest`) before MLflow reads any of them.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any
 
 import pandas as pd
 
-from trainflow.errors import UserError
-from trainflow.predict import ExportedModel
+from trainflow.artifacts.predict import ExportedModel
+from trainflow.core.errors import UserError
 
 
 class TrainflowModel:
@@ -42,7 +42,7 @@ def checked(model: str) -> Path:
     """A fresh local folder holding the files of registered version `model` (models:/<name>@<alias>,
     models:/<name>/<version>), each checked against the registry's manifest. Refused (UserError) when one differs,
     and when no manifest vouches for them: MLflow's loading would run what their MLmodel names."""
-    from trainflow import manifest
+    from trainflow.artifacts import manifest
 
     if not model.startswith("models:/"):
         raise UserError(

@@ -15,7 +15,7 @@ import pandas as pd
 from mlflow.models import set_model
 from mlflow.pyfunc import PythonModel
 
-from trainflow.predict import ExportedModel
+from trainflow.artifacts.predict import ExportedModel
 from trainflow.serving import TrainflowModel
 
 

@@ -17,10 +17,11 @@ import uuid
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from trainflow import processes
-from trainflow.io import sha256_files, write_json
+from trainflow.core import processes
+from trainflow.core.io import sha256_files, write_json
+from trainflow.core.logger import Logger
 
 # Tags of an MLflow run that holds a trainflow model: the content hash of the exported model directory, and the URI
 # of the model logged from it. Register finds a model's run by them, so it never logs (or registers) one model twice.
@@ -231,13 +232,6 @@ class MLflowLogger:
             warnings.warn(message, stacklevel=stacklevel)
         except Exception:  # noqa: BLE001 - under `-W error` a warning raises; it must not kill the thread
             print(f"warning: {message}", file=sys.stderr)
-
-
-class Logger(Protocol):
-    """The engine's logger protocol (trainflow.engine.trainer.Logger), restated: tracking does not import the engine."""
-
-    def log(self, metrics: dict[str, float], step: int) -> None: ...
-    def close(self) -> None: ...
 
 
 class TensorBoardLogger:
@@ -458,7 +452,7 @@ class TrainingRun:
 
 
 WORKSPACE_TAG = "trainflow.workspace"  # host:path of the workspace a train stage's run trained in
-PROCESS_TAG = "trainflow.process"  # the process that made the run (trainflow.processes.process_tag)
+PROCESS_TAG = "trainflow.process"  # the process that made the run (trainflow.core.processes.process_tag)
 
 
 def end_orphans(client: Any, experiment_id: str, workspace_tag: str) -> list[str]:
@@ -482,47 +476,6 @@ def end_orphans(client: Any, experiment_id: str, workspace_tag: str) -> list[str
         print(f"train: MLflow run {run.info.run_id} was left RUNNING by a dead process: KILLED", file=sys.stderr)
         ended.append(run.info.run_id)
     return ended
-
-
-# MLflow error codes that say the store could not serve a request just now, whatever it holds: SqlAlchemyStore turns
-# a locked or unreadable SQLite file (OperationalError) into TEMPORARILY_UNAVAILABLE, and a tracking server answers
-# 503, 504 and 429 with these codes in its JSON body.
-UNAVAILABLE_CODES = frozenset(
-    {"TEMPORARILY_UNAVAILABLE", "DEADLINE_EXCEEDED", "REQUEST_LIMIT_EXCEEDED", "RESOURCE_EXHAUSTED"}
-)
-
-
-def unavailable(exc: BaseException) -> bool:
-    """Whether `exc` means the tracking store could not be reached or could not answer now (as opposed to a refusal
-    or a bug): MLflow's REST client reports exhausted retries (a 503 on every try, a connection refused) and timeouts
-    as an MlflowException wrapping the connection error; the stores report the rest with UNAVAILABLE_CODES."""
-    import requests
-    from mlflow.exceptions import MlflowException
-
-    if isinstance(exc, requests.exceptions.RequestException | ConnectionError | TimeoutError):
-        return True
-    if isinstance(exc, MlflowException):
-        if exc.error_code in UNAVAILABLE_CODES:
-            return True
-        text = str(exc)
-        return "Max retries exceeded" in text or "failed with exception" in text or "timed out" in text.lower()
-    return False
-
-
-def not_found(exc: BaseException) -> bool:
-    """Whether `exc` is the registry answering that what was looked up does not exist. MLflow 3.17 says so with
-    RESOURCE_DOES_NOT_EXIST for a model or a version, and with INVALID_PARAMETER_VALUE ("Registered model alias
-    champion not found.") for an alias, from a SQLite store and a tracking server alike (pinned by
-    tests/stages/test_registry.py and tests/reliability/test_tracking_outage.py). Nothing else is: a timeout, a 503,
-    a locked store, or a 404 from something that is not an MLflow server (ENDPOINT_NOT_FOUND) says nothing about
-    what the registry holds."""
-    from mlflow.exceptions import MlflowException
-
-    if not isinstance(exc, MlflowException):
-        return False
-    if exc.error_code == "RESOURCE_DOES_NOT_EXIST":
-        return True
-    return exc.error_code == "INVALID_PARAMETER_VALUE" and "not found" in exc.message
 
 
 def model_hash(final: Path) -> str:
@@ -558,7 +511,7 @@ def log_pyfunc(run_id: str, final: Path, example: Any, flavor: str = "package") 
     flavor package (the default): the pyfunc's code is the installed trainflow's (`loader_module="trainflow.serving"`,
     trainflow pinned by version in its requirements); its data is models/final. No trainflow code is stored in the
     artifact store and loading unpickles nothing; what keeps the store's writers from changing MLmodel to load code
-    from there is the manifest register records in the registry (`trainflow.manifest`), checked by trainflow's
+    from there is the manifest register records in the registry (`trainflow.artifacts.manifest`), checked by trainflow's
     loading only. A user model's module travels with the model (code_paths), since the model cannot be built without
     it. flavor code (register.flavor: code, asked for): MLflow models-from-code, `trainflow/serving_code.py` with the
     trainflow package stored beside it, for machines without trainflow installed; loading it runs that stored code."""
@@ -570,8 +523,8 @@ def log_pyfunc(run_id: str, final: Path, example: Any, flavor: str = "package") 
     from mlflow.types.schema import Schema as InputSchema
 
     import trainflow
+    from trainflow.artifacts.predict import ExportedModel
     from trainflow.models import user_source
-    from trainflow.predict import ExportedModel
 
     exported = ExportedModel.load(final)
     pre = exported.pre

@@ -18,13 +18,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from trainflow.core.errors import DataError
+from trainflow.core.paths import SPLITS
 from trainflow.data import spill, stream
 from trainflow.data import split as sp
 from trainflow.data.preprocess import Column, Preprocessor
 from trainflow.data.schema import ROW_KEY, Kind, Schema
-from trainflow.errors import DataError
 from trainflow.params import DataParams, FeatureParams, SplitParams
-from trainflow.paths import SPLITS
 
 approx = pytest.approx
 

@@ -21,9 +21,9 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
+from trainflow.core.errors import DataError
 from trainflow.data import sources, spill
 from trainflow.data.sources import RawTable, read_source
-from trainflow.errors import DataError
 from trainflow.params import DataParams
 
 UTF8_HINT = "set data.encoding to the file's encoding (latin-1 or cp1252 for most Western exports)"
@@ -1343,26 +1343,27 @@ def test_a_spill_of_a_file_over_a_mib_reports_its_progress(
 
 
 def test_each_spilled_chunk_passes_the_spill_chunk_failpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import trainflow.io
+    import trainflow.core.io
 
     kills: list[tuple[int, int]] = []
-    monkeypatch.setattr(trainflow.io, "FAILPOINT", "spill-chunk:2")
-    monkeypatch.setattr(trainflow.io, "_hits", {})
+    monkeypatch.setattr(trainflow.core.io, "FAILPOINT", "spill-chunk:2")
+    monkeypatch.setattr(trainflow.core.io, "_hits", {})
     monkeypatch.setattr(os, "kill", lambda pid, sig: kills.append((pid, sig)))
     monkeypatch.setattr(sources, "CHUNK_BYTES", 4)
     write(tmp_path, "x.csv", "a,b\n1,2\n3,4\n5,6\n")
     assert len(spilled(tmp_path).frame.parts[0]) == 4
-    assert trainflow.io._hits == {"spill-chunk": 4}
+    assert trainflow.core.io._hits == {"spill-chunk": 4}
     import signal
 
     assert kills == [(os.getpid(), signal.SIGKILL)]
 
 
-# === trainflow.io ==================================================================================================
+# === trainflow.core.io
+# ==================================================================================================
 
 
 def test_no_space_names_the_reason() -> None:
-    from trainflow.io import no_space
+    from trainflow.core.io import no_space
 
     assert no_space(OSError(28, "x")) == "No space left on device"
     assert no_space(OSError(122, "x")) == "Disk quota exceeded"
@@ -1377,17 +1378,17 @@ def test_no_space_names_the_reason() -> None:
 
 
 def test_disk_full_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import trainflow.io
-    from trainflow.errors import DiskFullError
+    import trainflow.core.io
+    from trainflow.core.errors import DiskFullError
 
-    monkeypatch.setattr(trainflow.io, "free_mib", lambda path: 12.345)
-    err = trainflow.io.disk_full(tmp_path / "f", OSError(28, "x"), "Kept.")
+    monkeypatch.setattr(trainflow.core.io, "free_mib", lambda path: 12.345)
+    err = trainflow.core.io.disk_full(tmp_path / "f", OSError(28, "x"), "Kept.")
     assert isinstance(err, DiskFullError)
     assert str(err) == (
         f"{tmp_path / 'f'}: could not be written, the filesystem is full (No space left on device; 12.3 MiB free "
         "there). Kept. Free space there (or move the project to a bigger disk), then rerun."
     )
-    other = trainflow.io.disk_full(tmp_path / "g", RuntimeError("odd"), "Kept.", "Do this.")
+    other = trainflow.core.io.disk_full(tmp_path / "g", RuntimeError("odd"), "Kept.", "Do this.")
     assert (
         str(other)
         == f"{tmp_path / 'g'}: could not be written, the filesystem is full (odd; 12.3 MiB free there). Kept. Do this."
@@ -1397,19 +1398,19 @@ def test_disk_full_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
 def test_free_mib_of_a_path_not_made_yet(tmp_path: Path) -> None:
     import shutil
 
-    from trainflow.io import free_mib
+    from trainflow.core.io import free_mib
 
     got = free_mib(tmp_path / "a/b/c")
     assert got == pytest.approx(shutil.disk_usage(tmp_path).free / 2**20, rel=1e-3)
 
 
 def test_full_filesystem_messages_of_atomic_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import trainflow.io
-    from trainflow.errors import DiskFullError
+    import trainflow.core.io
+    from trainflow.core.errors import DiskFullError
 
-    monkeypatch.setattr(trainflow.io, "free_mib", lambda path: 1.0)
+    monkeypatch.setattr(trainflow.core.io, "free_mib", lambda path: 1.0)
     dest = tmp_path / "new.json"
-    with pytest.raises(DiskFullError) as info, trainflow.io.atomic_path(dest):
+    with pytest.raises(DiskFullError) as info, trainflow.core.io.atomic_path(dest):
         raise OSError(28, "full")
     assert str(info.value) == (
         f"{dest}: could not be written, the filesystem is full (No space left on device; 1.0 MiB free there). "
@@ -1417,7 +1418,7 @@ def test_full_filesystem_messages_of_atomic_writes(tmp_path: Path, monkeypatch: 
     )
     assert not dest.exists() and list(tmp_path.iterdir()) == []
     dest.write_text("old")
-    with pytest.raises(DiskFullError) as info, trainflow.io.atomic_path(dest):
+    with pytest.raises(DiskFullError) as info, trainflow.core.io.atomic_path(dest):
         raise OSError(122, "quota")
     assert str(info.value) == (
         f"{dest}: could not be written, the filesystem is full (Disk quota exceeded; 1.0 MiB free there). The "
@@ -1425,13 +1426,13 @@ def test_full_filesystem_messages_of_atomic_writes(tmp_path: Path, monkeypatch: 
     )
     assert dest.read_text() == "old"
     mine = DiskFullError("already clear")
-    with pytest.raises(DiskFullError) as info, trainflow.io.atomic_dir(tmp_path / "d"):
+    with pytest.raises(DiskFullError) as info, trainflow.core.io.atomic_dir(tmp_path / "d"):
         raise mine
     assert info.value is mine
 
 
 def test_atomic_path_names_its_temp_file_and_keeps_special_mode_bits(tmp_path: Path) -> None:
-    from trainflow.io import atomic_path
+    from trainflow.core.io import atomic_path
 
     dest = tmp_path / "out.json"
     with atomic_path(dest) as tmp:
@@ -1451,15 +1452,15 @@ def test_atomic_path_names_its_temp_file_and_keeps_special_mode_bits(tmp_path: P
 def test_atomic_dir_names_its_temp_dir_and_moves_the_old_one_aside(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import trainflow.io
+    import trainflow.core.io
 
-    with trainflow.io.atomic_dir(tmp_path / "out") as tmp:
+    with trainflow.core.io.atomic_dir(tmp_path / "out") as tmp:
         assert tmp.parent == tmp_path and tmp.is_dir() and list(tmp.iterdir()) == []
         assert re.fullmatch(rf"\.out\.{os.getpid()}\.[^.]+\.tmp", tmp.name), tmp.name
         (tmp / "sub").mkdir()
         (tmp / "sub/f").write_text("1")
     assert (tmp_path / "out/sub/f").read_text() == "1"
-    monkeypatch.setattr(trainflow.io, "exchange", lambda a, b: False)
+    monkeypatch.setattr(trainflow.core.io, "exchange", lambda a, b: False)
     moves: list[tuple[str, str]] = []
     real = os.replace
 
@@ -1468,7 +1469,7 @@ def test_atomic_dir_names_its_temp_dir_and_moves_the_old_one_aside(
         real(a, b)
 
     monkeypatch.setattr(os, "replace", replace)
-    with trainflow.io.atomic_dir(tmp_path / "out") as tmp:
+    with trainflow.core.io.atomic_dir(tmp_path / "out") as tmp:
         (tmp / "g").write_text("2")
         name = tmp.name
     assert moves == [("out", f".out.old.{os.getpid()}"), (name, "out")]
@@ -1478,19 +1479,19 @@ def test_atomic_dir_names_its_temp_dir_and_moves_the_old_one_aside(
 def test_fsync_dir_and_exchange_where_unavailable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    import trainflow.io
+    import trainflow.core.io
 
     with pytest.raises(FileNotFoundError):
-        trainflow.io.fsync_dir(tmp_path / "missing")
-    trainflow.io.fsync_dir(tmp_path)
-    monkeypatch.setattr(trainflow.io, "FSYNC_DIRECTORIES", False)
-    assert trainflow.io.fsync_dir(tmp_path / "missing") is None
-    assert trainflow.io.exchange(tmp_path / "missing", tmp_path / "gone") is False
+        trainflow.core.io.fsync_dir(tmp_path / "missing")
+    trainflow.core.io.fsync_dir(tmp_path)
+    monkeypatch.setattr(trainflow.core.io, "FSYNC_DIRECTORIES", False)
+    assert trainflow.core.io.fsync_dir(tmp_path / "missing") is None
+    assert trainflow.core.io.exchange(tmp_path / "missing", tmp_path / "gone") is False
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     (tmp_path / "a/x").write_text("A")
     monkeypatch.setattr(sys, "platform", "darwin")
-    assert trainflow.io.exchange(tmp_path / "a", tmp_path / "b") is False
+    assert trainflow.core.io.exchange(tmp_path / "a", tmp_path / "b") is False
     assert (tmp_path / "a/x").read_text() == "A"
 
 
@@ -1498,7 +1499,7 @@ def test_remove_leftovers_in_detail(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from trainflow.io import remove_leftovers
+    from trainflow.core.io import remove_leftovers
 
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
@@ -1522,14 +1523,14 @@ def test_remove_leftovers_in_detail(tmp_path: Path) -> None:
 
 
 def test_pid_alive() -> None:
-    from trainflow.io import _pid_alive
+    from trainflow.core.io import _pid_alive
 
     assert _pid_alive(os.getpid()) is True
     assert _pid_alive(2**22 + 12345) is False
 
 
 def test_json_files(tmp_path: Path) -> None:
-    from trainflow.io import read_json, write_json
+    from trainflow.core.io import read_json, write_json
 
     write_json(tmp_path / "a/x.json", {"b": [1, 2], "a": "é"})
     assert (tmp_path / "a/x.json").read_text() == '{\n  "a": "\\u00e9",\n  "b": [\n    1,\n    2\n  ]\n}\n'
@@ -1537,7 +1538,7 @@ def test_json_files(tmp_path: Path) -> None:
 
 
 def test_read_parquet_errors(tmp_path: Path) -> None:
-    from trainflow.io import read_parquet
+    from trainflow.core.io import read_parquet
 
     pd.DataFrame({"a": [1, 2]}).to_parquet(tmp_path / "ok.parquet")
     assert as_dict(read_parquet(tmp_path / "ok.parquet", "fix")) == {"a": [1, 2]}
@@ -1557,7 +1558,7 @@ def test_read_parquet_errors(tmp_path: Path) -> None:
 def test_content_hashes(tmp_path: Path) -> None:
     import hashlib
 
-    from trainflow.io import sha256_files, sha256_json
+    from trainflow.core.io import sha256_files, sha256_json
 
     a = write(tmp_path, "a.bin", b"x" * ((1 << 20) + 5))
     b = write(tmp_path, "b.txt", b"hello")
@@ -1568,13 +1569,13 @@ def test_content_hashes(tmp_path: Path) -> None:
 
 
 def failpoint_env(monkeypatch: pytest.MonkeyPatch, spec: str, **extra: str) -> list[tuple[int, int]]:
-    import trainflow.io
+    import trainflow.core.io
 
     kills: list[tuple[int, int]] = []
-    monkeypatch.setattr(trainflow.io, "FAILPOINT", spec)
+    monkeypatch.setattr(trainflow.core.io, "FAILPOINT", spec)
     for name in ("RANK", "WORKER", "SIGNAL"):
-        monkeypatch.setattr(trainflow.io, f"FAILPOINT_{name}", extra.get(name, ""))
-    monkeypatch.setattr(trainflow.io, "_hits", {})
+        monkeypatch.setattr(trainflow.core.io, f"FAILPOINT_{name}", extra.get(name, ""))
+    monkeypatch.setattr(trainflow.core.io, "_hits", {})
     monkeypatch.setattr(os, "kill", lambda pid, sig: kills.append((pid, sig)))
     return kills
 
@@ -1582,8 +1583,8 @@ def failpoint_env(monkeypatch: pytest.MonkeyPatch, spec: str, **extra: str) -> l
 def test_failpoint_kills_on_the_nth_hit(monkeypatch: pytest.MonkeyPatch) -> None:
     import signal
 
-    import trainflow.io
-    from trainflow.io import failpoint
+    import trainflow.core.io
+    from trainflow.core.io import failpoint
 
     kills = failpoint_env(monkeypatch, "update:3")
     for _ in range(5):
@@ -1591,10 +1592,10 @@ def test_failpoint_kills_on_the_nth_hit(monkeypatch: pytest.MonkeyPatch) -> None
         failpoint("upd")
         failpoint("updates")
         failpoint("other")
-    assert kills == [(os.getpid(), signal.SIGKILL)] and trainflow.io._hits == {"update": 5}
+    assert kills == [(os.getpid(), signal.SIGKILL)] and trainflow.core.io._hits == {"update": 5}
     kills = failpoint_env(monkeypatch, "")
     failpoint("update")
-    assert kills == [] and trainflow.io._hits == {}
+    assert kills == [] and trainflow.core.io._hits == {}
     kills = failpoint_env(monkeypatch, "update:1", SIGNAL="SIGUSR1")
     failpoint("update")
     assert kills == [(os.getpid(), signal.SIGUSR1)]
@@ -1606,14 +1607,14 @@ def test_failpoint_kills_on_the_nth_hit(monkeypatch: pytest.MonkeyPatch) -> None
 def test_failpoint_of_one_rank_or_worker(monkeypatch: pytest.MonkeyPatch) -> None:
     import signal
 
-    import trainflow.io
-    from trainflow.io import failpoint
+    import trainflow.core.io
+    from trainflow.core.io import failpoint
 
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.delenv("TRAINFLOW_TUNE_WORKER", raising=False)
     kills = failpoint_env(monkeypatch, "update:1", RANK="1")
     failpoint("update")
-    assert kills == [] and trainflow.io._hits == {}
+    assert kills == [] and trainflow.core.io._hits == {}
     monkeypatch.setenv("RANK", "1")
     failpoint("update")
     assert kills == [(os.getpid(), signal.SIGKILL)]
@@ -1623,7 +1624,7 @@ def test_failpoint_of_one_rank_or_worker(monkeypatch: pytest.MonkeyPatch) -> Non
     assert kills == [(os.getpid(), signal.SIGKILL)]
     kills = failpoint_env(monkeypatch, "update:1", WORKER="2")
     failpoint("update")
-    assert kills == [] and trainflow.io._hits == {}
+    assert kills == [] and trainflow.core.io._hits == {}
     monkeypatch.setenv("TRAINFLOW_TUNE_WORKER", "2")
     failpoint("update")
     assert kills == [(os.getpid(), signal.SIGKILL)]
@@ -1637,7 +1638,7 @@ def test_failpoint_with_a_delay_starts_a_daemon_timer(monkeypatch: pytest.Monkey
     import signal
     import threading
 
-    from trainflow.io import failpoint
+    from trainflow.core.io import failpoint
 
     timers: list[Any] = []
 
@@ -1722,7 +1723,7 @@ def test_typed_whole_takes_only_the_na_spellings_of_the_schema_as_missing(tmp_pa
 
 @pytest.mark.skipif(os.uname().sysname != "Linux", reason="renameat2 is Linux's")
 def test_exchange_of_paths_relative_to_the_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from trainflow.io import exchange
+    from trainflow.core.io import exchange
 
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()

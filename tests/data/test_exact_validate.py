@@ -17,12 +17,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from trainflow.core.errors import DataError
 from trainflow.data import spill
 from trainflow.data import validate as v
-from trainflow.data.schema import ROW_KEY, Schema
+from trainflow.data.schema import ROW_KEY, Schema, parquet_options
 from trainflow.data.spill import ColumnSpill, SpilledFrame
-from trainflow.errors import DataError
-from trainflow.io import parquet_options
 from trainflow.params import DataParams
 
 SRC = "data/raw/f.csv"

@@ -13,10 +13,10 @@ import pydantic
 import pytest
 from conftest import make_project
 
+from trainflow.core.errors import DataError
+from trainflow.core.paths import Paths
 from trainflow.data import sources, spill
-from trainflow.errors import DataError
 from trainflow.params import DataParams, load_params, write_overrides
-from trainflow.paths import Paths
 from trainflow.stages import run_stage
 
 HINT = (

@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 from PIL import Image
 
+from trainflow.core.errors import DataError
 from trainflow.data.preprocess import Preprocessor
 from trainflow.data.sources import read_source
 from trainflow.data.validate import infer_schema
-from trainflow.errors import DataError
 from trainflow.params import DataParams, FeatureParams
 
 

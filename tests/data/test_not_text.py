@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 from PIL import Image
 
+from trainflow.core.errors import DataError
 from trainflow.data import sources
-from trainflow.errors import DataError
 from trainflow.params import DataParams
 
 BUDGETS = pytest.mark.parametrize("budget", [None, 1e-6], ids=["in-memory", "streamed"])

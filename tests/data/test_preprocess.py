@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from trainflow.core.errors import DataError
 from trainflow.data.preprocess import CLS_ID, PAD_ID, UNK_ID, Preprocessor, encode, train_tokenizer
 from trainflow.data.schema import Kind, Schema
-from trainflow.errors import DataError
 from trainflow.params import FeatureParams
 
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "theta", "kappa", "lambda", "omega"]

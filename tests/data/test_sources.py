@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from trainflow.core.errors import DataError, UserError
 from trainflow.data import sources
 from trainflow.data.sources import NA_VALUES, RawTable, read_source
-from trainflow.errors import DataError, UserError
 from trainflow.params import BUILTIN_DATASETS, DataParams
 
 

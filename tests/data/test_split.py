@@ -12,11 +12,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pandas.util import hash_pandas_object
 
+from trainflow.core.errors import DataError
+from trainflow.core.paths import SPLITS
 from trainflow.data.schema import Schema
 from trainflow.data.split import Assignment, assign, split_frame
-from trainflow.errors import DataError
 from trainflow.params import SplitParams, parse_override
-from trainflow.paths import SPLITS
 
 LABELS = ["a", "b", "c", "d"]
 PROPERTY = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

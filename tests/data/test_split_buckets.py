@@ -16,10 +16,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_split import schema_for
 
+from trainflow.core.errors import DataError
 from trainflow.data import split_stream
 from trainflow.data.schema import ROW_KEY
 from trainflow.data.split import Assignment, Result, assign
-from trainflow.errors import DataError
 from trainflow.params import SplitParams
 
 PROPERTY = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

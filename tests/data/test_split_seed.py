@@ -18,12 +18,12 @@ from conftest import make_project
 from pandas.util import hash_pandas_object
 from test_split import random_frame, schema_for, splitmix64_by_hand
 
+from trainflow.core.errors import DataError
+from trainflow.core.paths import SPLITS, Paths
 from trainflow.data import split as sp
 from trainflow.data import split_stream
 from trainflow.data.schema import ROW_KEY
-from trainflow.errors import DataError
 from trainflow.params import SplitParams, apply_overrides, load_params, parse_override, write_overrides
-from trainflow.paths import SPLITS, Paths
 from trainflow.stages import run_stage
 
 DVC = str(Path(sys.executable).parent / "dvc")

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from trainflow.core.errors import DataError
 from trainflow.data import split_stream, stream
 from trainflow.data.split import _by_time, _check_not_empty
-from trainflow.errors import DataError
 from trainflow.params import SplitParams
 
 PROPERTY = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -22,10 +22,11 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import make_project
 
+from trainflow.core.errors import DataError
+from trainflow.core.paths import SPLITS, Paths
 from trainflow.data import sources, spill
-from trainflow.errors import DataError
+from trainflow.data.stream import Split
 from trainflow.params import load_params, write_overrides
-from trainflow.paths import SPLITS, Paths
 from trainflow.stages import run_stage
 
 
@@ -126,7 +127,9 @@ def test_a_streamed_csv_ingests_to_the_in_memory_table_bit_for_bit(
     for paths in (memory, streamed):
         run_stage("split", load_params(paths.params), paths)
     for name in SPLITS:
-        pd.testing.assert_frame_equal(memory.read_split(name), streamed.read_split(name))
+        pd.testing.assert_frame_equal(
+            Split.stored(memory.splits, name).read(), Split.stored(streamed.splits, name).read()
+        )
 
 
 def test_the_chunks_are_typed_as_pyarrow_types_the_whole_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -171,7 +174,9 @@ def test_integer_and_boolean_columns_missing_only_in_the_first_chunk_key_every_r
     for paths in (memory, streamed):
         run_stage("split", load_params(paths.params), paths)
     for name in SPLITS:
-        pd.testing.assert_frame_equal(memory.read_split(name), streamed.read_split(name))
+        pd.testing.assert_frame_equal(
+            Split.stored(memory.splits, name).read(), Split.stored(streamed.splits, name).read()
+        )
 
 
 def test_tsv_several_files_and_parquet_sources_stream_to_the_same_table(

@@ -17,11 +17,12 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import make_project
 
+from trainflow.core.paths import SPLITS, Paths
 from trainflow.data import split_stream, stream
 from trainflow.data.schema import ROW_KEY
 from trainflow.data.split import ASSIGNMENT, TEST_ROWS
+from trainflow.data.stream import Split
 from trainflow.params import load_params, write_overrides
-from trainflow.paths import SPLITS, Paths
 from trainflow.stages import run_stage
 
 
@@ -74,9 +75,9 @@ def assert_same_splits(memory: Paths, streamed: Paths) -> None:
     for name in SPLITS:
         expected = pd.read_parquet(memory.split_file(name))
         assert len(expected) > 0 and int((rows == SPLITS.index(name)).sum()) == len(expected)
-        split = streamed.split(name)
+        split = Split.stored(streamed.splits, name)
         assert not streamed.split_file(name).exists() and len(split) == len(expected)
-        pd.testing.assert_frame_equal(streamed.read_split(name), expected, check_exact=True)
+        pd.testing.assert_frame_equal(Split.stored(streamed.splits, name).read(), expected, check_exact=True)
         blocks = list(stream.blocks(split, 7, list(expected.columns)))  # 7: no block lines up with a row group
         assert [len(b) for b in blocks[:-1]] == [7] * (len(blocks) - 1) and 0 < len(blocks[-1]) <= 7
         pd.testing.assert_frame_equal(pd.concat(blocks, ignore_index=True), expected, check_exact=True)
@@ -106,9 +107,9 @@ def test_a_streamed_split_is_the_in_memory_split(
     for paths in projects:
         old = pd.read_csv(paths.root / "data/raw/t.csv")
         pd.concat([old, table(60, seed=1)]).to_csv(paths.root / "data/raw/t.csv", index=False)
-    before = streamed.read_split("train")
+    before = Split.stored(streamed.splits, "train").read()
     run_stage("ingest", load_params(streamed.params), streamed)  # a new table; the splits keep the one they linked
-    pd.testing.assert_frame_equal(streamed.read_split("train"), before, check_exact=True)
+    pd.testing.assert_frame_equal(Split.stored(streamed.splits, "train").read(), before, check_exact=True)
     split_both(projects, monkeypatch)
     assert_same_splits(memory, streamed)
     assert pd.read_parquet(streamed.splits / TEST_ROWS)["since"].max() == 2  # the new rows' generation
@@ -137,14 +138,14 @@ def test_a_streamed_split_with_its_own_seed_is_the_in_memory_split_and_records_e
         assert json.loads(assignment.schema.metadata[b"trainflow"])["seed"] == 7
         tests = set(np.asarray(assignment["key"])[np.asarray(assignment["split"]) == 2].tolist())
         keys = pq.read_table(paths.splits / TEST_ROWS)["key"].to_pylist()
-        assert len(keys) == len(paths.read_split("test")) and set(keys) == tests
+        assert len(keys) == len(Split.stored(paths.splits, "test").read()) and set(keys) == tests
     assert not pd.read_parquet(memory.split_file("test")).equals(default)  # another seed, another split
 
 
 def test_a_streamed_split_names_a_damaged_table_and_how_to_restore_it(
     projects: tuple[Paths, Paths], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from trainflow.errors import DataError
+    from trainflow.core.errors import DataError
 
     _, streamed = projects
     run_stage("ingest", load_params(streamed.params), streamed)
@@ -161,7 +162,7 @@ def test_a_streamed_split_names_a_damaged_table_and_how_to_restore_it(
 def test_tables_are_written_with_dictionaries_for_every_column_but_floats_and_the_row_key(
     projects: tuple[Paths, Paths], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """io.parquet_options, in every writer of a table (ingest and split, in memory and streamed): a float column and
+    """schema.parquet_options, in every writer of a table (ingest and split, in memory and streamed): a float column and
     the row key are written plain (a dictionary of values that rarely or never repeat is built only to be given up),
     the others with one. (A streamed split writes no table: it links the processed one.)"""
     split_both(projects, monkeypatch)
@@ -190,7 +191,9 @@ def test_a_streamed_split_copies_the_table_where_it_cannot_link_it(
     copied = streamed.splits / "table.parquet"
     assert not os.path.samefile(copied, streamed.table) and copied.read_bytes() == streamed.table.read_bytes()
     for name in SPLITS:
-        pd.testing.assert_frame_equal(streamed.read_split(name), memory.read_split(name), check_exact=True)
+        pd.testing.assert_frame_equal(
+            Split.stored(streamed.splits, name).read(), Split.stored(memory.splits, name).read(), check_exact=True
+        )
 
 
 def test_the_data_hash_of_a_streamed_split_covers_each_rows_split(
@@ -198,13 +201,13 @@ def test_the_data_hash_of_a_streamed_split_covers_each_rows_split(
 ) -> None:
     """The hash a checkpoint resumes on and register compares tests by: the same table split otherwise (one row moved
     to another split) is other data."""
-    from trainflow.fingerprint import data_hash
-    from trainflow.io import sha256_files
+    from trainflow.core.io import sha256_files
+    from trainflow.engine.fingerprint import data_hash
 
     split_both(projects, monkeypatch)
     _, streamed = projects
-    before, test_before = data_hash(streamed), sha256_files(streamed.split("test").files())
+    before, test_before = data_hash(streamed), sha256_files(Split.stored(streamed.splits, "test").files())
     rows = np.load(streamed.splits / "rows.npy")
     rows[np.flatnonzero(rows == 2)[0]] = 0  # a test row trains now
     np.save(streamed.splits / "rows.npy", rows)
-    assert data_hash(streamed) != before and sha256_files(streamed.split("test").files()) != test_before
+    assert data_hash(streamed) != before and sha256_files(Split.stored(streamed.splits, "test").files()) != test_before

@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from trainflow.core.errors import DataError
 from trainflow.data.schema import ROW_KEY, Schema
 from trainflow.data.validate import infer_schema
-from trainflow.errors import DataError
 from trainflow.params import DataParams
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from trainflow.engine.data import TensorData
+from trainflow.engine.loaders import TensorData
 from trainflow.engine.objective import Objective
 from trainflow.engine.precision import Precision
 from trainflow.engine.trainer import Trainer

@@ -20,7 +20,7 @@ from engine_kit import make_trainer, mlp, table, text_data, text_model
 
 from trainflow.engine import distributed
 from trainflow.engine.augment import Augment
-from trainflow.engine.data import Dataset, ImageData, MemmapData, RecordFile
+from trainflow.engine.loaders import Dataset, ImageData, MemmapData, RecordFile
 from trainflow.engine.trainer import Trainer
 from trainflow.models.cnn import CNN
 

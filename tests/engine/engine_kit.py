@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from trainflow.engine.checkpoint import flatten_optimizer
-from trainflow.engine.data import IGNORE_INDEX, TensorData, TextData, epoch_order
 from trainflow.engine.distributed import Group
+from trainflow.engine.loaders import IGNORE_INDEX, TensorData, TextData, epoch_order
 from trainflow.engine.objective import Objective
 from trainflow.engine.precision import Precision
 from trainflow.engine.schedule import lr_at

@@ -13,12 +13,12 @@ import torch
 from conftest import REPO, make_project
 from torch import nn
 
+from trainflow.core.errors import ParamsError
 from trainflow.engine import batch_size as bs
-from trainflow.engine.data import TensorData
 from trainflow.engine.distributed import Group
+from trainflow.engine.loaders import TensorData
 from trainflow.engine.objective import Objective
 from trainflow.engine.precision import Precision
-from trainflow.errors import ParamsError
 from trainflow.params import PipelineParams, TrainParams, with_values
 from trainflow.stages.train import Setup
 
@@ -239,7 +239,7 @@ def test_validation_names_the_fields_to_fix(params_file: Path) -> None:
 def test_the_fingerprint_keeps_the_params_as_written() -> None:
     """Another machine (another budget, so another split of the same global batch) resumes the run; another global
     batch retrains."""
-    from trainflow.fingerprint import fingerprint
+    from trainflow.engine.fingerprint import fingerprint
 
     base = PipelineParams()
 
@@ -257,8 +257,8 @@ def test_the_fingerprint_keeps_the_params_as_written() -> None:
 
 @pytest.fixture(scope="module")
 def iris(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from trainflow.core.paths import Paths
     from trainflow.params import load_params
-    from trainflow.paths import Paths
     from trainflow.stages import run_stage
 
     root = make_project(tmp_path_factory.mktemp("bs") / "proj", {"data.source": "builtin:iris"})
@@ -269,8 +269,8 @@ def iris(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def build(root: Path, tmp: Path, dropout: float = 0.1, **train: Any) -> Setup:
+    from trainflow.core.paths import Paths
     from trainflow.params import load_params
-    from trainflow.paths import Paths
     from trainflow.stages.train import setup
 
     paths = Paths(root)
@@ -319,8 +319,8 @@ def test_auto_trains_the_same_weights_as_the_fixed_split_of_the_global_batch(iri
 def test_a_run_resumes_on_a_machine_that_splits_the_global_batch_otherwise(iris: Path, tmp_path: Path) -> None:
     """The fingerprint holds batch_size auto and global_batch, not the split: a checkpoint written as 32 x 1 resumes
     under a budget that picks 8 x 4 (the same updates, exact accumulation); another global batch starts afresh."""
+    from trainflow.core.paths import Paths
     from trainflow.params import load_params
-    from trainflow.paths import Paths
     from trainflow.stages.train import setup
 
     paths = Paths(iris)
@@ -348,9 +348,9 @@ def test_the_exported_model_records_the_split_auto_chose_of_the_global_batch(iri
     """models/final/training.json: how the global batch was split, for whoever reads how the model was trained."""
     import shutil
 
-    from trainflow.io import read_json
+    from trainflow.core.io import read_json
+    from trainflow.core.paths import Paths
     from trainflow.params import load_params
-    from trainflow.paths import Paths
     from trainflow.stages import run_stage
 
     root = shutil.copytree(iris, tmp_path / "proj")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainflow.engine.data import IGNORE_INDEX, TensorData, TextData, epoch_order
+from trainflow.engine.loaders import IGNORE_INDEX, TensorData, TextData, epoch_order
 
 
 def seqs() -> list[torch.Tensor]:

@@ -22,10 +22,10 @@ import pytest
 import torch
 from engine_kit import make_trainer
 
+from trainflow.core.errors import ParamsError
 from trainflow.engine import distributed
 from trainflow.engine.checkpoint import Checkpoint, CheckpointStore, load_checkpoint
-from trainflow.engine.data import block_order, epoch_order
-from trainflow.errors import ParamsError
+from trainflow.engine.loaders import block_order, epoch_order
 
 # Windows of batch_size x accumulate 2 x 2 ranks; the last one of each epoch partial. Table: 203 rows in windows of 32,
 # 6 whole and one of 11 (rank 0: micro-batches of 8 and 3; rank 1: two empty ones). Text: 91 sequences in windows of

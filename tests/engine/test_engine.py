@@ -12,12 +12,12 @@ from engine_kit import make_trainer, mlp, reference, rel, table, text_data, text
 from torch import nn
 from torch.nn import functional as F
 
+from trainflow.core.errors import UserError
 from trainflow.engine import flops
 from trainflow.engine.checkpoint import CheckpointError, CheckpointStore, load_checkpoint, save_checkpoint
-from trainflow.engine.data import IGNORE_INDEX, Batch, TensorData, TextData
+from trainflow.engine.loaders import IGNORE_INDEX, Batch, TensorData, TextData
 from trainflow.engine.objective import Objective
 from trainflow.engine.schedule import Plateau, lr_at
-from trainflow.errors import UserError
 from trainflow.models import MLP, build_model
 from trainflow.models.text import TextTransformer
 

@@ -17,8 +17,8 @@ from engine_kit import make_trainer, mlp, table, text_data, text_model
 from sklearn.metrics import average_precision_score, roc_auc_score
 from test_host_sync import HostSyncError, _NoSync
 
-from trainflow.engine.data import Batch, Dataset
-from trainflow.errors import ParamsError
+from trainflow.core.errors import ParamsError
+from trainflow.engine.loaders import Batch, Dataset
 from trainflow.models import MLP
 
 

@@ -19,12 +19,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from trainflow.core.errors import ParamsError, UserError
 from trainflow.engine import batch_size as bs
-from trainflow.engine.data import Batch, TensorData
 from trainflow.engine.distributed import Group
+from trainflow.engine.loaders import Batch, TensorData
 from trainflow.engine.objective import Objective
 from trainflow.engine.precision import Precision
-from trainflow.errors import ParamsError, UserError
 from trainflow.params import TrainParams
 
 FP32 = Precision("fp32", "cpu")

@@ -1,5 +1,5 @@
 """The engine's datasets pinned whole: every tensor a batch holds, every count and message, and which images the
-prefetch thread decodes ahead, each against values written out by hand (trainflow/engine/data.py)."""
+prefetch thread decodes ahead, each against values written out by hand (trainflow/engine/loaders.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from trainflow.engine.data import (
+from trainflow.engine.loaders import (
     IGNORE_INDEX,
     Batch,
     ImageData,
@@ -121,7 +121,7 @@ def test_rows_are_read_from_the_file_at_the_views_own_offset_and_a_truncated_fil
 
 
 def test_rows_are_read_with_one_pread_per_run_of_consecutive_rows(tmp_path, monkeypatch) -> None:
-    import trainflow.engine.data as data
+    import trainflow.engine.loaders as data
 
     x = np.arange(60, dtype=np.float32).reshape(20, 3)
     np.save(tmp_path / "x.npy", x)
@@ -152,7 +152,7 @@ def test_rows_are_read_with_one_pread_per_run_of_consecutive_rows(tmp_path, monk
 def test_an_epoch_in_blocks_order_reads_each_block_once_whatever_the_micro_batch(tmp_path, monkeypatch, micro) -> None:
     """train.shuffle blocks: micro-batches smaller than a group of 16 blocks of 64 rows still read whole blocks, each
     once an epoch (kept for the group's next micro-batches), and get the rows asked for (numpy's own indexing)."""
-    import trainflow.engine.data as data
+    import trainflow.engine.loaders as data
 
     n = 4096 + 40  # 64 blocks and a short one
     x = np.random.default_rng(0).standard_normal((n, 3), dtype=np.float32)

@@ -15,8 +15,8 @@ from engine_kit import make_trainer
 from torch import nn
 from torch.nn import functional as F
 
-from trainflow.engine.data import TensorData, epoch_order
-from trainflow.errors import UserError
+from trainflow.core.errors import UserError
+from trainflow.engine.loaders import TensorData, epoch_order
 
 X = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [-1.0, 0.5], [0.5, -1.0], [2.0, 1.0]])
 Y = torch.tensor([0, 1, 1, 0, 0, 1])
@@ -425,7 +425,7 @@ def test_a_signal_stops_after_the_update_with_a_checkpoint_and_a_mark_and_the_re
     import signal
     import time
 
-    from trainflow.errors import Preempted
+    from trainflow.core.errors import Preempted
 
     class Signal(Keep):
         def log(self, metrics: dict[str, float], step: int) -> None:
@@ -459,7 +459,7 @@ def test_a_signal_stops_after_the_update_with_a_checkpoint_and_a_mark_and_the_re
 
 
 def test_the_time_budget_stops_after_the_first_update_past_it(tmp_path: Path) -> None:
-    from trainflow.errors import Preempted
+    from trainflow.core.errors import Preempted
 
     t = make_trainer(tmp_path, linear(), **{**RUN, "max_time": 1e-9, "checkpoint_every": 1})
     t.preemptible = True
@@ -487,8 +487,8 @@ def test_plain_progress_prints_a_line_each_tenth_of_the_way_and_at_the_end(
     import io
     import types
 
-    from trainflow.engine import progress as progress_module
-    from trainflow.engine.progress import PlainProgress, progress
+    from trainflow.core import progress as progress_module
+    from trainflow.core.progress import PlainProgress, progress
 
     now = [0.0]
     monkeypatch.setattr(progress_module, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
@@ -540,7 +540,7 @@ def test_progress_is_a_tqdm_bar_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -
 
     from tqdm.auto import tqdm
 
-    from trainflow.engine.progress import PlainProgress, progress
+    from trainflow.core.progress import PlainProgress, progress
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:

@@ -15,9 +15,9 @@ import pytest
 import torch
 from torch import nn
 
+from trainflow.core.errors import Preempted, ServiceError, UserError
 from trainflow.engine import distributed as dist_
 from trainflow.engine.flops import _tf32_enabled
-from trainflow.errors import Preempted, ServiceError, UserError
 
 
 class Net(nn.Module):
@@ -255,7 +255,7 @@ def test_the_holder_of_a_workspace_is_named_from_its_record_or_as_another_proces
     import datetime
     import json
 
-    from trainflow.workspace import holder, lock_file
+    from trainflow.core.workspace import holder, lock_file
 
     record = lock_file(tmp_path).with_suffix(".json")
     assert holder(tmp_path) == "another process"  # no record

@@ -12,7 +12,7 @@ import pytest
 import torch
 from engine_kit import bitwise_equal, make_trainer, mlp, table, training_state
 
-from trainflow.engine.data import TensorData
+from trainflow.engine.loaders import TensorData
 from trainflow.engine.precision import resolve_precision
 
 

@@ -18,7 +18,7 @@ import torch
 from engine_kit import make_trainer, mlp, table, text_data, text_model
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from trainflow.engine.data import Batch, Dataset
+from trainflow.engine.loaders import Batch, Dataset
 from trainflow.engine.objective import Objective
 
 aten = torch.ops.aten

@@ -16,8 +16,8 @@ from engine_kit import make_trainer
 from torch import nn
 
 from trainflow.engine.augment import Augment, apply
-from trainflow.engine.data import ImageData, epoch_order
 from trainflow.engine.flops import train_flops_per_sample
+from trainflow.engine.loaders import ImageData, epoch_order
 from trainflow.models import build_model
 from trainflow.models.cnn import CNN
 

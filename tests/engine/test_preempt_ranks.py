@@ -14,8 +14,8 @@ from typing import Any
 import torch
 from engine_kit import make_trainer, mlp, table
 
+from trainflow.core.errors import Preempted
 from trainflow.engine import distributed
-from trainflow.errors import Preempted
 
 # 203 rows in windows of 8 x 2 ranks: 13 updates an epoch (the last window 11 rows: rank 1's share is 3), 2 epochs.
 SETTINGS: dict[str, Any] = {"batch_size": 8, "epochs": 2, "eval_every": 5, "checkpoint_every": 4}

@@ -14,11 +14,11 @@ import torch
 from engine_kit import InfGrads, make_trainer, mlp, table, text_data
 from torch.nn import functional as F
 
-from trainflow.engine.data import IGNORE_INDEX
+from trainflow.core.errors import ParamsError
+from trainflow.engine.loaders import IGNORE_INDEX
 from trainflow.engine.objective import Objective
 from trainflow.engine.optim import plan_groups
 from trainflow.engine.schedule import lr_at
-from trainflow.errors import ParamsError
 from trainflow.models.text import TextTransformer
 from trainflow.params import TrainParams
 from trainflow.stages.train import class_weights
@@ -87,7 +87,7 @@ def test_param_groups_train_like_a_plain_loop_with_those_groups(tmp_path: Path) 
     per_epoch = math.ceil(96 / 16)
     total, warmup = per_epoch * 2, round(p.warmup_fraction * per_epoch * 2)
     step = 0
-    from trainflow.engine.data import epoch_order
+    from trainflow.engine.loaders import epoch_order
 
     for epoch in range(2):
         order = epoch_order(96, 7, epoch)
@@ -171,9 +171,9 @@ def test_the_train_stage_hands_label_smoothing_to_the_objective(tmp_path: Path) 
     """train.label_smoothing in params.yaml reaches the loss the trainer minimises (the train stage builds it)."""
     from conftest import make_project
 
+    from trainflow.core.paths import Paths
     from trainflow.engine.distributed import Group
     from trainflow.params import load_params
-    from trainflow.paths import Paths
     from trainflow.stages import run_stage
     from trainflow.stages.train import setup
 

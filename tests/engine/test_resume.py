@@ -14,6 +14,7 @@ import pytest
 import torch
 from engine_kit import make_trainer, mlp, table
 
+from trainflow.core.errors import UserError
 from trainflow.engine.checkpoint import (
     CheckpointStore,
     capture_rng,
@@ -22,9 +23,8 @@ from trainflow.engine.checkpoint import (
     restore_rng,
     unflatten_optimizer,
 )
-from trainflow.engine.data import epoch_order
+from trainflow.engine.loaders import epoch_order
 from trainflow.engine.trainer import Trainer
-from trainflow.errors import UserError
 from trainflow.models import MLP
 
 SETTINGS: dict[str, Any] = {"epochs": 4, "batch_size": 8, "accumulate": 2, "checkpoint_every": 3, "eval_every": 5,

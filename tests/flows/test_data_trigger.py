@@ -20,8 +20,8 @@ import pytest
 from conftest import FAST, make_project
 from servers import BIN, prefect_server, spawn, stop, tail
 
+from trainflow.core.paths import Paths
 from trainflow.params import load_params
-from trainflow.paths import Paths
 from trainflow.stages import STAGES, run_stage
 
 pytestmark = pytest.mark.slow

@@ -23,8 +23,8 @@ import pytest
 from conftest import FAST, REPO, make_project
 from servers import BIN, PrefectServer, prefect_server, spawn, stop, tail
 
-from trainflow.io import read_json
-from trainflow.paths import Paths
+from trainflow.core.io import read_json
+from trainflow.core.paths import Paths
 
 pytestmark = pytest.mark.slow
 

@@ -8,9 +8,9 @@ from uuid import UUID
 import pytest
 from vcs import dvc
 
-from trainflow.io import read_json
+from trainflow.core.io import read_json
+from trainflow.core.paths import Paths
 from trainflow.params import write_overrides
-from trainflow.paths import Paths
 
 
 def dvc_status(root: Path) -> dict[str, object]:

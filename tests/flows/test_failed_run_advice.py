@@ -12,8 +12,8 @@ import pytest
 from vcs import dvc
 
 from trainflow import cli
-from trainflow.io import read_json
-from trainflow.paths import Paths
+from trainflow.core.io import read_json
+from trainflow.core.paths import Paths
 
 
 @pytest.mark.slow  # two full `trainflow run`s and one that fails at train: ~30 s

@@ -33,7 +33,7 @@ import pytest
 from conftest import make_project
 from servers import BIN
 
-from trainflow.paths import Paths
+from trainflow.core.paths import Paths
 
 PARAMS = {"data.source": "builtin:iris", "register.model_name": "iris", "train.epochs": 3, "train.batch_size": 16,
           "train.progress": "false"}  # fmt: skip

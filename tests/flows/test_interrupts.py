@@ -85,7 +85,6 @@ CLI = textwrap.dedent(
     """
     import atexit, os, sys, time
     from trainflow import cli
-
     class Abandoned:
         def __del__(self):
             raise AttributeError("'function' object has no attribute 'close'")

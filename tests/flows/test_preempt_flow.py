@@ -25,10 +25,10 @@ import pytest
 from conftest import make_project
 from servers import BIN, prefect_server
 
-from trainflow.errors import PREEMPTED
-from trainflow.io import read_json
+from trainflow.core.errors import PREEMPTED
+from trainflow.core.io import read_json
+from trainflow.core.paths import Paths
 from trainflow.params import load_params
-from trainflow.paths import Paths
 from trainflow.stages import run_stage
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from trainflow.errors import DataError, UserError
+from trainflow.core.errors import DataError, UserError
 
 pytestmark = pytest.mark.slow
 

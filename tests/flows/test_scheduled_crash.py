@@ -21,7 +21,7 @@ import pytest
 from conftest import make_project
 from servers import BIN, PrefectServer, kill, spawn, stop, tail
 
-from trainflow.io import read_json
+from trainflow.core.io import read_json
 from trainflow.params import write_overrides
 
 pytestmark = pytest.mark.slow

@@ -21,8 +21,8 @@ import pytest
 from conftest import REPO, make_project
 from servers import BIN
 
+from trainflow.core.paths import Paths
 from trainflow.params import load_params
-from trainflow.paths import Paths
 from trainflow.stages import run_stage
 
 MISSING = [t for t in ("munged", "slurmctld", "slurmd", "sbatch") if shutil.which(t) is None]

@@ -14,9 +14,9 @@ from shapes import tips
 from vcs import dvc
 
 from trainflow import cli
-from trainflow.io import read_json
+from trainflow.core.io import read_json
+from trainflow.core.paths import Paths
 from trainflow.params import load_params
-from trainflow.paths import Paths
 from trainflow.stages import run_stage
 
 # register.model_name auto: each target and task is registered under its own name (one name holds one kind of model)

@@ -11,15 +11,15 @@ import torch
 from conftest import make_project
 from engine_kit import BASE
 
+from trainflow.core.io import read_json
+from trainflow.core.paths import Paths
 from trainflow.engine.batch_size import CudaProbe, resolve, state_bytes, untouched
-from trainflow.engine.data import TextData
 from trainflow.engine.distributed import Group
+from trainflow.engine.loaders import TextData
 from trainflow.engine.objective import Objective
 from trainflow.engine.precision import Precision
-from trainflow.io import read_json
 from trainflow.models.text import TextTransformer
 from trainflow.params import TrainParams, load_params
-from trainflow.paths import Paths
 from trainflow.stages import run_stage
 
 from .gpu_kit import CUDA

@@ -22,7 +22,7 @@ from engine_kit import mlp, table, text_data, text_model
 from test_host_sync import poison, windows
 from torch import nn
 
-from trainflow.engine.data import Dataset
+from trainflow.engine.loaders import Dataset
 from trainflow.engine.objective import Objective
 from trainflow.engine.trainer import Trainer
 from trainflow.models.cnn import CNN

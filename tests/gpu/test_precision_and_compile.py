@@ -15,10 +15,10 @@ import torch
 from conftest import make_project
 from safetensors.torch import load_file
 
-from trainflow.io import read_json
+from trainflow.artifacts.predict import WEIGHTS
+from trainflow.core.io import read_json
+from trainflow.core.paths import Paths
 from trainflow.params import load_params
-from trainflow.paths import Paths
-from trainflow.predict import WEIGHTS
 from trainflow.stages import run_stage
 
 POINTS = 0.005  # 0.5 accuracy points: one of the ~270 test digits is 0.37

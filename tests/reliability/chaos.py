@@ -25,7 +25,7 @@ from typing import Any
 BIN = Path(sys.executable).parent
 GIT = ["git", "-c", "user.name=chaos", "-c", "user.email=chaos@trainflow.invalid"]
 
-# Where a run is killed: a failpoint (trainflow.io.failpoint) with an occurrence, and a delay after it, or None for
+# Where a run is killed: a failpoint (trainflow.core.io.failpoint) with an occurrence, and a delay after it, or None for
 # "after a random time". Each names the part of the run it interrupts.
 # {update} is an update of the run (it trains ~24), {epoch} an epoch end (a checkpoint), {delay} up to 0.3 s.
 POINTS: dict[str, str | None] = {
@@ -227,7 +227,7 @@ def outputs_load(ws: Workspace) -> list[str]:
     predictions, is the one metrics.json holds."""
     import pandas as pd
 
-    from trainflow.predict import ExportedModel
+    from trainflow.artifacts.predict import ExportedModel
 
     root = ws.root
     for table in [*(root / "data/processed").glob("*.parquet"), *(root / "data/splits").glob("*.parquet")]:
@@ -280,7 +280,7 @@ def registry_consistent(ws: Workspace) -> list[str]:
     champion is the best by the gate (accuracy) among the versions scored on the current test split."""
     from mlflow.tracking import MlflowClient
 
-    from trainflow.io import sha256_files
+    from trainflow.core.io import sha256_files
 
     client = MlflowClient(ws.env["MLFLOW_TRACKING_URI"])
     model = client.get_registered_model("iris")
@@ -326,7 +326,7 @@ def nothing_left_running(ws: Workspace) -> list[str]:
     from prefect.client.schemas.objects import StateType
 
     from flows.orphans import WORKSPACE_PREFIX
-    from trainflow.processes import workspace_tag
+    from trainflow.core.processes import workspace_tag
 
     problems = []
     with SyncPrefectClient(ws.env["PREFECT_API_URL"]) as client:

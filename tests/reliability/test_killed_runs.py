@@ -188,7 +188,8 @@ def test_the_next_train_stage_ends_the_mlflow_run_a_killed_one_left_running(tmp_
     ends it as KILLED, saying why, and leaves alone the runs of live processes and of other workspaces or machines."""
     from mlflow.tracking import MlflowClient
 
-    from trainflow import processes, tracking
+    from trainflow import tracking
+    from trainflow.core import processes
 
     uri = os.environ["MLFLOW_TRACKING_URI"]  # conftest's store
     root = tmp_path / "proj"

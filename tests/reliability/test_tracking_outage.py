@@ -24,10 +24,11 @@ import pytest
 from conftest import make_project, wait_for_http
 
 from trainflow import cli
+from trainflow.core import outage
+from trainflow.core.io import read_json
+from trainflow.core.paths import Paths
 from trainflow.engine.trainer import Trainer
-from trainflow.io import read_json
 from trainflow.params import load_params
-from trainflow.paths import Paths
 from trainflow.stages import run_stage
 
 pytestmark = pytest.mark.slow
@@ -234,9 +235,10 @@ def test_over_a_server_a_503_once_is_retried_and_only_not_found_means_no_champio
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    from trainflow import registry, tracking
-    from trainflow.errors import ServiceError
+    from trainflow import tracking
+    from trainflow.core.errors import ServiceError
     from trainflow.params import RegisterParams
+    from trainflow.registry import registry
 
     server.start()
     proxy = Flaky(server.uri, "/registered-models/alias", times=0)
@@ -294,5 +296,5 @@ def test_over_a_server_a_503_once_is_retried_and_only_not_found_means_no_champio
     ):
         with pytest.raises(MlflowException) as absent:
             missing()
-        assert tracking.not_found(absent.value), absent.value
+        assert outage.not_found(absent.value), absent.value
     proxy.close()

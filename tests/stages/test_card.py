@@ -15,13 +15,12 @@ import pytest
 from conftest import blobs
 from PIL import Image
 
-from trainflow import report
+from trainflow.artifacts.predict import ExportedModel
 from trainflow.cli import main
-from trainflow.io import read_json
+from trainflow.core.io import read_json
+from trainflow.core.paths import SPLITS, Paths
 from trainflow.params import load_params, write_overrides
-from trainflow.paths import SPLITS, Paths
-from trainflow.predict import ExportedModel
-from trainflow.stages import STAGES, run_stage
+from trainflow.stages import STAGES, report, run_stage
 
 
 class Images(HTMLParser):

@@ -17,8 +17,8 @@ import pytest
 from conftest import blobs
 from PIL import Image
 
+from trainflow.core.paths import Paths
 from trainflow.params import load_params
-from trainflow.paths import Paths
 from trainflow.stages import STAGES, run_stage
 
 BROWSER = next((b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)

@@ -9,12 +9,12 @@ import pandas as pd
 import pytest
 from conftest import make_project
 
+from trainflow.artifacts.predict import ExportedModel
 from trainflow.baselines import split_metrics
-from trainflow.errors import DataError
-from trainflow.io import read_json
+from trainflow.core.errors import DataError
+from trainflow.core.io import read_json
+from trainflow.core.paths import Paths
 from trainflow.params import load_params
-from trainflow.paths import Paths
-from trainflow.predict import ExportedModel
 from trainflow.stages import run_stage
 
 

@@ -47,8 +47,8 @@ def stage(root: Path, name: str, **env: str) -> subprocess.CompletedProcess[str]
 def split(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A project whose splits are made (in this process: the stage driver's own subprocesses are not what these tests
     check), for each test to copy."""
+    from trainflow.core.paths import Paths
     from trainflow.params import load_params
-    from trainflow.paths import Paths
     from trainflow.stages import run_stage
 
     root = make_project(tmp_path_factory.mktemp("split") / "p", SETTINGS)

@@ -15,13 +15,15 @@ from sklearn.ensemble import HistGradientBoostingClassifier
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import accuracy_score, f1_score, log_loss
 
-from trainflow import baselines, card, report
+from trainflow import baselines
+from trainflow.artifacts.predict import ExportedModel
+from trainflow.core.io import read_json
+from trainflow.core.paths import Paths
 from trainflow.data.preprocess import Preprocessor
-from trainflow.io import read_json
+from trainflow.data.stream import Split
 from trainflow.params import DataParams, load_params, write_overrides
-from trainflow.paths import Paths
-from trainflow.predict import ExportedModel
-from trainflow.stages import run_stage
+from trainflow.registry import card
+from trainflow.stages import report, run_stage
 from trainflow.stages.evaluate import baseline_metrics
 
 
@@ -29,7 +31,7 @@ def by_hand(paths: Paths, rows: np.ndarray | None = None) -> dict[str, float]:
     """scikit-learn's models on the exported preprocessing's matrix of the train split (`rows` of it), scored with
     sklearn.metrics on the test split, every class of the model a column of the probabilities."""
     pre = Preprocessor.load(paths.final)
-    train, test = paths.split("train").read(), paths.split("test").read()
+    train, test = Split.stored(paths.splits, "train").read(), Split.stored(paths.splits, "test").read()
     if rows is not None:
         train = train.iloc[rows]
     x, y = pre.features(train).astype(np.float64), pre.labels(train)
@@ -75,7 +77,7 @@ def test_evaluate_scores_the_baselines_on_the_same_rows_and_says_when_it_fits_no
 
     # A table over SAMPLE_ROWS train rows: fitted on a seeded sample of them, the same rows every run.
     monkeypatch.setattr(baselines, "SAMPLE_ROWS", 100)
-    n = len(paths.split("train"))
+    n = len(Split.stored(paths.splits, "train"))
     rows = np.sort(np.random.default_rng(0).choice(n, 100, replace=False))
     exported = ExportedModel.load(paths.final)
     sampled = baseline_metrics(exported, paths, DataParams())

@@ -11,9 +11,9 @@ import pytest
 from conftest import model_run
 from sklearn.metrics import r2_score
 
-from trainflow import gate, registry
-from trainflow.gate import Scored
 from trainflow.params import RegisterParams
+from trainflow.registry import gate, registry
+from trainflow.registry.gate import Scored
 
 
 def regression_metrics(s: Scored) -> dict[str, float]:

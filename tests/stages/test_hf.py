@@ -15,12 +15,12 @@ import torch
 from conftest import make_project, tiny_bert
 
 from trainflow import cli
-from trainflow.errors import UserError
-from trainflow.io import read_json
+from trainflow.artifacts.predict import ExportedModel
+from trainflow.core.errors import UserError
+from trainflow.core.io import read_json
+from trainflow.core.paths import Paths
 from trainflow.models import hf
 from trainflow.params import load_params
-from trainflow.paths import Paths
-from trainflow.predict import ExportedModel
 from trainflow.stages import run_stage
 
 POSITIVE = ["good", "great", "fine", "lovely", "superb"]
@@ -187,7 +187,7 @@ def test_a_hub_id_resolves_to_its_snapshot_in_the_local_cache(tmp_path: Path, mo
 
 
 def test_other_pretrained_files_are_another_fingerprint_so_a_checkpoint_is_not_resumed(tmp_path: Path) -> None:
-    from trainflow.fingerprint import fingerprint
+    from trainflow.engine.fingerprint import fingerprint
 
     root = make_project(tmp_path / "proj", {"model.name": "hf:pretrained/bert"})
     directory = tiny_bert(root / "pretrained/bert", ["good", "bad"])

@@ -18,10 +18,10 @@ from conftest import make_project
 from PIL import Image
 
 from trainflow import cli
-from trainflow.io import read_json
+from trainflow.artifacts.predict import ExportedModel
+from trainflow.core.io import read_json
+from trainflow.core.paths import Paths
 from trainflow.params import load_params
-from trainflow.paths import Paths
-from trainflow.predict import ExportedModel
 from trainflow.stages import run_stage
 
 COLOURS = {"red": (220, 30, 30), "green": (30, 200, 40), "blue": (40, 60, 230)}

@@ -11,8 +11,8 @@ import pytest
 from conftest import make_project
 
 from trainflow import cli
-from trainflow.io import read_json
-from trainflow.paths import Paths
+from trainflow.core.io import read_json
+from trainflow.core.paths import Paths
 
 
 def imbalanced(n: int = 3000, seed: int = 0) -> pd.DataFrame:

@@ -13,9 +13,9 @@ import pytest
 from conftest import FAST, blobs, make_project
 
 from trainflow import cli
+from trainflow.core.errors import DataError
 from trainflow.data import validate
 from trainflow.data.sources import RawTable
-from trainflow.errors import DataError
 from trainflow.params import DataParams, write_overrides
 
 

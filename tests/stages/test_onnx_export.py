@@ -20,15 +20,15 @@ from test_hf import FILLER, NEGATIVE, POSITIVE, reviews
 from test_images import shapes
 
 from trainflow import cli
+from trainflow.artifacts.export import export
+from trainflow.artifacts.onnx import ONNX, TOLERANCE, Scores, gap, to_onnx
+from trainflow.artifacts.predict import ExportedModel
+from trainflow.core.errors import UserError
+from trainflow.core.io import read_json
+from trainflow.core.paths import Paths
 from trainflow.data.preprocess import Column, Preprocessor
 from trainflow.data.schema import Schema
-from trainflow.errors import UserError
-from trainflow.export import export
-from trainflow.io import read_json
-from trainflow.onnx_export import ONNX, TOLERANCE, Scores, gap, to_onnx
 from trainflow.params import load_params
-from trainflow.paths import Paths
-from trainflow.predict import ExportedModel
 from trainflow.stages import run_stage
 
 QUICK = {"train.epochs": 2, "train.progress": "false", "train.batch_size": 16}
@@ -333,7 +333,7 @@ def test_regression_targets_of_any_scale_export_and_a_wrong_graph_is_still_refus
     an absolute 1e-5)."""
     import onnxruntime
 
-    from trainflow import onnx_export
+    from trainflow.artifacts import onnx as onnx_graph
 
     pre = numeric_table("regression", mean, std)
     model = mlp(pre)
@@ -346,8 +346,8 @@ def test_regression_targets_of_any_scale_export_and_a_wrong_graph_is_still_refus
     with torch.no_grad():  # by hand: the model on trainflow's features, unscaled in float64
         expected = model(torch.from_numpy(pre.features(rows))).double().numpy().reshape(-1) * std + mean
     assert np.allclose(got, expected, rtol=1e-5, atol=1e-5 * std) and np.abs(expected - mean).max() > 0.1 * std
-    right = onnx_export._graph
-    monkeypatch.setattr(onnx_export, "_graph", lambda *a: offset_scores(right(*a), 1e-3 * std))
+    right = onnx_graph._graph
+    monkeypatch.setattr(onnx_graph, "_graph", lambda *a: offset_scores(right(*a), 1e-3 * std))
     wrong, why = to_onnx(model, pre, {})
     assert wrong is None and why.startswith("ONNX Runtime's outputs differ from torch's by 1.00e-03 of the target"), why
 
@@ -357,9 +357,9 @@ def test_the_text_graph_cuts_a_longer_text_as_trainflow_s_tokenizer_does() -> No
     torch scores it through trainflow, which keeps the first max_length ids."""
     import onnxruntime
 
+    from trainflow.artifacts.predict import ExportedModel
     from trainflow.data.preprocess import PAD_ID, train_tokenizer
     from trainflow.models import build_model
-    from trainflow.predict import ExportedModel
 
     words = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "while", "seven", "tired", "cats"]
     rng = np.random.default_rng(0)

@@ -21,10 +21,10 @@ import yaml
 from conftest import make_project
 
 from trainflow import cli
-from trainflow.io import read_json
-from trainflow.onnx_export import ONNX
+from trainflow.artifacts.onnx import ONNX
+from trainflow.core.io import read_json
+from trainflow.core.paths import Paths
 from trainflow.params import load_params
-from trainflow.paths import Paths
 from trainflow.stages import run_stage
 
 # The distributions of onnxruntime, numpy and pandas, with what they need at import.

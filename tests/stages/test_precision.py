@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from conftest import make_project
 
-from trainflow.io import read_json
+from trainflow.core.io import read_json
+from trainflow.core.paths import Paths
 from trainflow.params import load_params
-from trainflow.paths import Paths
 from trainflow.stages import run_stage
 
 

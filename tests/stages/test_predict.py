@@ -19,11 +19,11 @@ import pytest
 from conftest import FAST, blobs, fresh_copy, make_project, run_blobs_once, wait_for_http
 
 from trainflow import cli
+from trainflow.artifacts.predict import ExportedModel
 from trainflow.baselines import split_metrics
-from trainflow.io import read_json
+from trainflow.core.io import read_json
+from trainflow.core.paths import Paths
 from trainflow.params import load_params
-from trainflow.paths import Paths
-from trainflow.predict import ExportedModel
 from trainflow.stages import run_stage
 
 

@@ -22,10 +22,10 @@ import pytest
 from conftest import make_project
 from signals import ON_LINUX, signalled_at, snapshot, stage_train, stderr_of
 
-from trainflow.errors import PREEMPTED
-from trainflow.io import read_json
+from trainflow.core.errors import PREEMPTED
+from trainflow.core.io import read_json
+from trainflow.core.paths import Paths
 from trainflow.params import load_params
-from trainflow.paths import Paths
 from trainflow.stages import run_stage
 
 BIN = Path(sys.executable).parent
@@ -149,7 +149,7 @@ def test_a_signal_while_waiting_for_the_workspace_ends_the_stage_at_once_with_no
     signal ends it at once."""
     from filelock import FileLock
 
-    from trainflow.workspace import lock_file
+    from trainflow.core.workspace import lock_file
 
     root = copy(reference, tmp_path)
     before = snapshot(root, "data", "models", "reports")
@@ -172,8 +172,8 @@ def test_max_time_stops_each_run_and_the_reruns_finish_the_training_bitwise_equa
 ) -> None:
     """A clock that moves 1 s per reading (the Watch reads it at the start and after each update): train.max_time 4.5s
     stops a run after its 5th update, where the clock reads 5 s, every time, whatever this machine's speed."""
+    from trainflow.core.errors import Preempted
     from trainflow.engine import preempt
-    from trainflow.errors import Preempted
     from trainflow.params import write_overrides
 
     root = copy(reference, tmp_path)
@@ -277,7 +277,7 @@ def test_a_launcher_passes_a_signal_on_to_a_rank_that_is_still_starting(tmp_path
 
 
 def test_max_time_takes_durations_and_refuses_what_is_not_one(tmp_path: Path) -> None:
-    from trainflow.errors import ParamsError
+    from trainflow.core.errors import ParamsError
     from trainflow.params import TrainParams
 
     assert [TrainParams(max_time=v).max_time for v in ("20s", "45m", "1h30m", "1d", 90)] == [20, 2700, 5400, 86400, 90]

@@ -26,10 +26,10 @@ import pytest
 from conftest import make_project
 from signals import BIN, ON_LINUX, signalled_at, snapshot
 
+from trainflow.core.errors import PREEMPTED
+from trainflow.core.paths import Paths
 from trainflow.engine.preempt import PREEMPTED_MARK
-from trainflow.errors import PREEMPTED
 from trainflow.params import load_params
-from trainflow.paths import Paths
 from trainflow.stages import run_stage
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not ON_LINUX, reason="finds the stopped process in /proc")]

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from trainflow.io import read_json
+from trainflow.core.io import read_json
+from trainflow.core.paths import Paths
 from trainflow.params import load_params, with_values
-from trainflow.paths import Paths
 from trainflow.stages import run_stage
 
 

@@ -26,12 +26,13 @@ from mlflow.protos.databricks_pb2 import (
 )
 from scipy.stats import binomtest
 
-from trainflow import registry
-from trainflow.errors import DiskFullError, ServiceError
-from trainflow.io import read_json, write_json
+from trainflow.artifacts.predict import ExportedModel
+from trainflow.core import outage
+from trainflow.core.errors import DiskFullError, ServiceError
+from trainflow.core.io import read_json, write_json
+from trainflow.core.paths import Paths
 from trainflow.params import RegisterParams, load_params, write_overrides
-from trainflow.paths import Paths
-from trainflow.predict import ExportedModel
+from trainflow.registry import registry
 from trainflow.stages import STAGES, run_stage
 from trainflow.stages.evaluate import score
 
@@ -402,7 +403,6 @@ def test_no_champion_alias_or_no_model_makes_the_first_champion(tmp_path: Path) 
 
 
 def test_not_found_is_what_the_store_answers_for_a_missing_alias_model_or_version(reg: Registry) -> None:
-    from trainflow import tracking
 
     def raised(call: Callable[[], Any]) -> BaseException:
         with pytest.raises(MlflowException) as info:
@@ -417,12 +417,12 @@ def test_not_found_is_what_the_store_answers_for_a_missing_alias_model_or_versio
         lambda: reg.client.get_model_version("nothing", "1"),
     ]
     for call in missing:
-        assert tracking.not_found(raised(call)) and not tracking.unavailable(raised(call)), raised(call)
+        assert outage.not_found(raised(call)) and not outage.unavailable(raised(call)), raised(call)
     for name, failure in SERVICE_FAILURES.items():
-        assert not tracking.not_found(failure()), name
+        assert not outage.not_found(failure()), name
         # Which failures register's own error calls "did not answer" (a proxy's 404 is a ServiceError all the same).
-        assert tracking.unavailable(failure()) is (name != "a proxy's 404"), name
-    assert not tracking.not_found(MlflowException("Parameter 'name' must be a string", INVALID_PARAMETER_VALUE))
+        assert outage.unavailable(failure()) is (name != "a proxy's 404"), name
+    assert not outage.not_found(MlflowException("Parameter 'name' must be a string", INVALID_PARAMETER_VALUE))
 
 
 @pytest.mark.parametrize(
@@ -503,7 +503,7 @@ def _load_fails(monkeypatch: pytest.MonkeyPatch, exc: Callable[[], Exception]) -
     new version's files (register records their manifest) download."""
     import mlflow.artifacts
 
-    from trainflow import predict
+    from trainflow.artifacts import predict
 
     real = mlflow.artifacts.download_artifacts
 
@@ -565,7 +565,7 @@ def test_a_rescore_failure_while_the_registry_is_down_decides_nothing(
 def test_a_name_holds_one_kind_of_model_and_auto_names_new_data_after_itself(trained: Path) -> None:
     from mlflow.tracking import MlflowClient
 
-    from trainflow.errors import UserError
+    from trainflow.core.errors import UserError
 
     # trained: blobs, 'label', classification, registered as "blobs" (the fixture names it)
     client = MlflowClient()
@@ -728,7 +728,7 @@ def test_each_run_says_what_changed_since_the_champion(trained: Path) -> None:
 
     from mlflow.tracking import MlflowClient
 
-    from trainflow import report
+    from trainflow.stages import report
 
     paths = Paths(trained)
 
@@ -892,7 +892,7 @@ def test_rows_the_champion_trained_on_are_left_out_of_either_rule(tmp_path: Path
     those, and on none of the others); the challenger is right on the others. On the rows left, the challenger wins
     by every rule; on all of them, the champion would look as good. Where the rows are unknown, nothing is compared."""
     from trainflow.data.split import Held
-    from trainflow.gate import Scored, Slicing
+    from trainflow.registry.gate import Scored, Slicing
 
     r = Registry(tmp_path)
     r.client.create_registered_model("m")

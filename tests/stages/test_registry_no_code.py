@@ -1,6 +1,7 @@
 """The registry loads no code from the artifact store: a registered trainflow model stores data only (models/final:
 safetensors, ONNX, JSON) and names `trainflow.serving` of the installed package as its loader, and the registry keeps
-the sha256 of each of its files (trainflow.manifest). Whoever can write to the artifact store can change MLmodel to
+the sha256 of each of its files (trainflow.artifacts.manifest). Whoever can write to the artifact store can change
+MLmodel to
 load code from there (`code: code` and a planted `code/trainflow/serving.py`: MLflow's own loading runs it); the load
 line the run summary prints, `trainflow predict` and `trainflow.serving.download` then refuse the version, naming each
 file that changed, was added or is missing, and run nothing."""
@@ -19,11 +20,12 @@ import pandas as pd
 import pytest
 import yaml
 
-from trainflow import cli, manifest
-from trainflow.errors import UserError
+from trainflow import cli
+from trainflow.artifacts import manifest
+from trainflow.artifacts.predict import load
+from trainflow.core.errors import UserError
+from trainflow.core.paths import Paths
 from trainflow.params import load_params
-from trainflow.paths import Paths
-from trainflow.predict import load
 from trainflow.stages import run_stage
 
 PLANTED = """
@@ -60,7 +62,7 @@ def test_the_printed_load_line_and_predict_refuse_an_artifact_store_changed_to_r
     csv_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """One registered version, changed in the store every way in turn (one registration: each costs a minute)."""
-    from trainflow.report import summary
+    from trainflow.stages.report import summary
 
     paths, store = registered(csv_project)
     flavor = yaml.safe_load((store / "MLmodel").read_text())["flavors"]["python_function"]
@@ -190,7 +192,7 @@ def test_a_version_registered_as_models_from_code_is_read_as_data_and_its_code_n
     import mlflow
     import numpy as np
 
-    from trainflow.predict import ExportedModel
+    from trainflow.artifacts.predict import ExportedModel
 
     # MLflow's default experiment, made with the database, keeps its artifacts in ./mlruns: here, not the repo's.
     monkeypatch.chdir(tmp_path)
@@ -216,8 +218,8 @@ def test_register_flavor_code_stores_trainflow_s_code_only_when_asked(csv_projec
     model is not better), both versions come from the one run, and trainflow predict reads the new one as data."""
     from mlflow.tracking import MlflowClient
 
+    from trainflow.artifacts.predict import ExportedModel
     from trainflow.params import write_overrides
-    from trainflow.predict import ExportedModel
 
     paths, package_store = registered(csv_project)
     assert not (package_store / "code" / "trainflow").exists()

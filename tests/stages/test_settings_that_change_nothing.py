@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from trainflow.io import read_json
+from trainflow.core.io import read_json
+from trainflow.core.paths import Paths
 from trainflow.params import load_params, write_overrides
-from trainflow.paths import Paths
 from trainflow.stages import STAGES, run_stage
 
 
@@ -62,7 +62,7 @@ def test_a_rerun_for_a_setting_that_changes_nothing_exports_the_same_bytes_and_r
     assert reg["version"] == 1 and reg["champion"] is True and reg["model_uri"] == "models:/blobs/1"
     assert reg["decision"].startswith(f"no new version: run {second_run} exported byte for byte the model of version 1")
     assert reg["tags"]["mlflow_run_id"] == first_run  # the version's lineage, not the resumed run's
-    from trainflow.report import summary
+    from trainflow.stages.report import summary
 
     said = summary(paths, {s: {} for s in ("train", "evaluate", "register")})
     assert "registry: models:/blobs/1 (registered by an earlier run; champion;" in said

@@ -11,10 +11,10 @@ import pytest
 from conftest import retrain
 
 from trainflow import cli
-from trainflow.errors import DataError, ServiceError
-from trainflow.io import read_json, write_json
+from trainflow.core.errors import DataError, ServiceError
+from trainflow.core.io import read_json, write_json
+from trainflow.core.paths import Paths
 from trainflow.params import load_params, write_overrides
-from trainflow.paths import Paths
 from trainflow.stages import STAGES, run_stage
 
 
@@ -94,7 +94,7 @@ def test_a_run_registers_one_version_however_often_register_runs(trained: Path) 
     """A rerun of register on an unchanged run, and a retry after a partial success, create no second version."""
     from mlflow.tracking import MlflowClient
 
-    from trainflow import registry
+    from trainflow.registry import registry
 
     paths = Paths(trained)
     first = read_json(paths.registration)
@@ -136,7 +136,7 @@ def test_a_run_registers_one_version_however_often_register_runs(trained: Path) 
 def test_resume_only_when_training_params_data_and_code_match(
     csv_project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from trainflow import fingerprint
+    from trainflow.engine import fingerprint
 
     first = run_all(csv_project, ("ingest", "split", "train"))["train"]
     assert first["resumed_from_update"] is None
@@ -163,18 +163,24 @@ def test_resume_only_when_training_params_data_and_code_match(
 
 def test_the_code_hash_covers_the_code_that_decides_the_weights(tmp_path: Path) -> None:
 
-    from trainflow.fingerprint import PACKAGE, code_hash
+    from trainflow.engine.fingerprint import PACKAGE, code_hash
 
     copy = tmp_path / "trainflow"
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
     base = code_hash(copy)
     assert base == code_hash(PACKAGE)
-    decides_weights = ("engine/trainer.py", "models/text.py", "data/preprocess.py", "predict.py", "export.py")
+    decides_weights = (
+        "engine/trainer.py",
+        "models/text.py",
+        "data/preprocess.py",
+        "artifacts/predict.py",
+        "artifacts/export.py",
+    )
     for decides in (*decides_weights, "stages/train.py"):
         (copy / decides).write_text((copy / decides).read_text() + "\n# changed\n")
         assert code_hash(copy) != base, decides
         shutil.copy2(PACKAGE / decides, copy / decides)
-    for cosmetic in ("plots.py", "tracking.py", "stages/evaluate.py", "fingerprint.py"):
+    for cosmetic in ("plots.py", "tracking.py", "stages/evaluate.py", "engine/fingerprint.py"):
         (copy / cosmetic).write_text((copy / cosmetic).read_text() + "\n# changed\n")
     assert code_hash(copy) == base
 

@@ -17,14 +17,15 @@ import pytest
 import torch
 from conftest import make_project
 
+from trainflow.artifacts.predict import model_inputs
+from trainflow.core.io import read_json
+from trainflow.core.paths import SPLITS, Paths
 from trainflow.data import stream
 from trainflow.data.preprocess import Preprocessor
 from trainflow.data.schema import ROW_KEY, Schema
-from trainflow.engine.data import MemmapData, TensorData
-from trainflow.io import read_json
+from trainflow.data.stream import Split
+from trainflow.engine.loaders import MemmapData, TensorData
 from trainflow.params import load_params, with_values, write_overrides
-from trainflow.paths import SPLITS, Paths
-from trainflow.predict import model_inputs
 from trainflow.stages import run_stage
 
 
@@ -97,12 +98,12 @@ def test_the_column_by_column_fit_and_the_streamed_matrix_are_the_in_memory_ones
     params = load_params(paths.params)
     frame = read_split(paths, "train")  # the in-memory path's frame, read independently
     in_memory = Preprocessor.fit(frame, schema, params.features)
-    by_column = Preprocessor.fit(stream.ParquetColumns(paths.split("train")), schema, params.features)  # type: ignore[arg-type]
+    by_column = Preprocessor.fit(stream.ParquetColumns(Split.stored(paths.splits, "train")), schema, params.features)  # type: ignore[arg-type]
     assert json.dumps(by_column.to_json(), sort_keys=True) == json.dumps(in_memory.to_json(), sort_keys=True)
     assert any(c.kind == "categorical" for c in in_memory.columns) and any(c.indicator for c in in_memory.columns)
 
     monkeypatch.setattr(stream, "BLOCK_BYTES", 4 * in_memory.width * 37)  # blocks of 37 rows: the last one partial
-    x, y = stream.write_matrix(in_memory, paths.split("train"), tmp_path / "m", "train")
+    x, y = stream.write_matrix(in_memory, Split.stored(paths.splits, "train"), tmp_path / "m", "train")
     held = model_inputs(in_memory, frame, "train", with_labels=True)
     assert isinstance(held, TensorData) and len(frame) % 37 != 0
     assert np.array_equal(x, held.x.numpy()) and np.array_equal(y, held.y.numpy())
@@ -115,7 +116,7 @@ def test_the_column_by_column_fit_and_the_streamed_matrix_are_the_in_memory_ones
         return real(self, *args, **kwargs)
 
     monkeypatch.setattr(pq.ParquetFile, "iter_batches", counted)
-    splits = [paths.split("train"), paths.split("val")]
+    splits = [Split.stored(paths.splits, "train"), Split.stored(paths.splits, "val")]
     both = stream.write_matrices(in_memory, splits, [tmp_path / "t", tmp_path / "v"], ["train", "val"])
     monkeypatch.setattr(pq.ParquetFile, "iter_batches", real)
     assert len(reads) == (1 if splits[0].path == splits[1].path else 2)
@@ -176,7 +177,7 @@ def test_a_streamed_train_stage_trains_the_in_memory_weights_and_resumes_to_them
 
 
 def test_train_shuffle_blocks_is_for_tables_and_auto_the_fix_it_suggests_resolves_to_rows() -> None:
-    from trainflow.errors import ParamsError
+    from trainflow.core.errors import ParamsError
     from trainflow.stages.train import sample_order
 
     text = Schema(source="t", target="y", task="regression", features=[], kinds={}, classes=[], n_rows=3,
@@ -282,7 +283,7 @@ def test_predict_streams_a_parquet_input_over_the_budget_to_the_in_memory_output
 ) -> None:
     """`trainflow predict` on a Parquet table over --memory-budget-mb: blocks of whole batches (several here), each
     scored and appended; the file written is the in-memory path's (csv, tsv, jsonl: byte for byte)."""
-    from trainflow.batch import predict_file
+    from trainflow.artifacts.batch_predict import predict_file
 
     paths = Paths(project)
     run_stage("train", load_params(paths.params), paths)
@@ -306,8 +307,8 @@ def test_predict_streams_a_parquet_input_over_the_budget_to_the_in_memory_output
 def test_a_streamed_predict_refuses_an_input_with_prediction_columns_and_writes_nothing(
     project: Path, tmp_path: Path
 ) -> None:
-    from trainflow.batch import predict_file
-    from trainflow.errors import UserError
+    from trainflow.artifacts.batch_predict import predict_file
+    from trainflow.core.errors import UserError
 
     paths = Paths(project)
     run_stage("train", load_params(paths.params), paths)

@@ -26,13 +26,14 @@ import torch
 from conftest import make_project
 from PIL import Image
 
+from trainflow.core.errors import DataError
+from trainflow.core.paths import SPLITS, Paths
 from trainflow.data import sources, spill, stream
 from trainflow.data.preprocess import Preprocessor
 from trainflow.data.schema import Schema
-from trainflow.engine.data import RecordFile
-from trainflow.errors import DataError
+from trainflow.data.stream import Split
+from trainflow.engine.loaders import RecordFile
 from trainflow.params import FeatureParams, load_params, write_overrides
-from trainflow.paths import SPLITS, Paths
 from trainflow.stages import run_stage
 
 TINY = "0.000001"  # data.memory_budget_mb: everything streams
@@ -71,8 +72,8 @@ def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def whole(paths: Paths, name: str) -> pd.DataFrame:
-    """The split as read_split reads it, past never_whole's guard (a block of rows at a time)."""
-    split = paths.split(name)
+    """The split as Split.read reads it, past never_whole's guard (a block of rows at a time)."""
+    split = Split.stored(paths.splits, name)
     return split.read_columns(split.columns)
 
 
@@ -179,8 +180,8 @@ def test_a_streamed_image_run_trains_the_in_memory_weights_and_scores_the_same(
 def test_the_streamed_train_setup_never_reads_the_images_whole(
     tmp_path: Path, small_blocks: None, never_whole: None
 ) -> None:
-    from trainflow.engine.data import ImageData
     from trainflow.engine.distributed import Group
+    from trainflow.engine.loaders import ImageData
     from trainflow.stages.train import setup
 
     paths = project(tmp_path, "streamed", TINY)
@@ -284,8 +285,9 @@ def test_predict_on_a_folder_of_class_folders_reads_each_image_when_it_decodes_i
 ) -> None:
     """`trainflow predict --input <folder of class folders>` lists the images and reads them batch by batch (the
     folder may be bigger than memory), with the probabilities evaluate computes from the split's stored bytes."""
-    from trainflow import cli, predict
-    from trainflow.predict import ExportedModel
+    from trainflow import cli
+    from trainflow.artifacts import predict
+    from trainflow.artifacts.predict import ExportedModel
 
     paths = project(tmp_path, "p", "null", "train.epochs=1")
     for stage in ("ingest", "split", "train"):

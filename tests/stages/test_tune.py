@@ -18,7 +18,7 @@ import pytest
 import yaml
 from conftest import make_project, split_project
 
-from trainflow.errors import ParamsError
+from trainflow.core.errors import ParamsError
 from trainflow.params import load_params
 
 SWEEP = {
@@ -186,7 +186,7 @@ def test_two_commands_on_one_study_share_its_budget(prepared: Path, tmp_path: Pa
 def test_apply_writes_the_best_params_and_the_registered_version_names_its_trial(
     uninterrupted: Path, tmp_path: Path
 ) -> None:
-    from trainflow.paths import Paths
+    from trainflow.core.paths import Paths
     from trainflow.stages import run_stage
 
     root = tmp_path / "proj"
@@ -338,8 +338,8 @@ def test_a_ranked_tune_metric_must_be_the_monitor(tmp_path: Path) -> None:
     """val_roc_auc is measured only when it is train.monitor: a sweep on it otherwise is refused up front, saying so,
     and following the advice is accepted (the next complaint is the missing splits)."""
     from trainflow import tune
-    from trainflow.errors import UserError
-    from trainflow.paths import Paths
+    from trainflow.core.errors import UserError
+    from trainflow.core.paths import Paths
 
     root = make_project(tmp_path / "p")
     params = load_params(root / "params.yaml", ["tune.metric=val_roc_auc"])

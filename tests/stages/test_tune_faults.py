@@ -18,7 +18,8 @@ import pandas as pd
 import pytest
 from conftest import split_project
 
-from trainflow.errors import ServiceError, UserError
+from trainflow.core.errors import ServiceError, UserError
+from trainflow.tune import runs as tune_runs
 
 SWEEP = {
     "data.source": "builtin:iris",
@@ -113,8 +114,8 @@ def test_trials_whose_values_fail_in_setup_fail_with_their_message_and_the_sweep
     assert "5/5 trials ended" in rerun.stderr
 
 
-# Where `trainflow tune` is SIGKILLed (trainflow.io.failpoint: the n-th time the process passes the point), run after
-# run on one project: each run is killed at a later point than the one before, so it got past that one.
+# Where `trainflow tune` is SIGKILLed (trainflow.core.io.failpoint: the n-th time the process passes the point), run
+# after run on one project: each run is killed at a later point than the one before, so it got past that one.
 SETTING_UP = [
     "tune-created:1",  # the study exists in the journal; nothing else does
     "tune-parent:1",  # the study's MLflow run is started; the study does not hold its id
@@ -192,14 +193,13 @@ def test_a_run_lookup_takes_only_mlflows_no_for_absent(
     from mlflow.protos.databricks_pb2 import RESOURCE_DOES_NOT_EXIST, TEMPORARILY_UNAVAILABLE
     from mlflow.tracking import MlflowClient
 
-    from trainflow import tune
     from trainflow.params import load_params
     from trainflow.tune import runs
 
     monkeypatch.setattr(runs, "RETRY_DELAYS_S", (0.0, 0.0))
     params = load_params(params_file)
     assert runs.find(tmp_path, "trainflow", "k1") is None  # MLflow answered: no such experiment
-    made = tune.start_parent(params, tmp_path, "k1")
+    made = tune_runs.start_parent(params, tmp_path, "k1")
     assert made is not None
     assert runs.find(tmp_path, "trainflow", "k1") == made
     assert runs.find(tmp_path, "trainflow", "k2") is None  # MLflow answered: no run has that key
@@ -223,7 +223,7 @@ def test_a_run_lookup_takes_only_mlflows_no_for_absent(
                 raise AssertionError(f"nothing is decided without MLflow's answer ({key}={value})")
 
         with pytest.raises(ServiceError):
-            tune.parent_run(params, tmp_path)(Study())
+            tune_runs.parent_run(params, tmp_path)(Study())
     client = MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
     experiment = client.get_experiment_by_name("trainflow")
     assert [r.info.run_id for r in client.search_runs([experiment.experiment_id])] == [made]  # no second run

@@ -75,7 +75,7 @@ def test_a_version_reproduces_and_splits_missing_from_the_cache_are_fetched_from
 
 
 def test_a_model_name_without_a_version_says_how_to_name_one(capsys: pytest.CaptureFixture[str]) -> None:
-    from trainflow.verify import resolve
+    from trainflow.registry.verify import resolve
 
     assert resolve("iris@champion") == ("iris", "champion")
     assert resolve("models:/my/model/3") == ("my/model", "3")

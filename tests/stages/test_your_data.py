@@ -14,9 +14,9 @@ from conftest import make_project
 from shapes import cars, taxis, tips
 
 from trainflow import cli
-from trainflow.io import read_json
-from trainflow.paths import Paths
-from trainflow.predict import ExportedModel
+from trainflow.artifacts.predict import ExportedModel
+from trainflow.core.io import read_json
+from trainflow.core.paths import Paths
 from trainflow.stages import STAGES
 
 FAST = {"train.epochs": 4, "train.progress": "false", "train.batch_size": 32}
@@ -117,7 +117,7 @@ def test_models_list_promote_and_rollback(
 ) -> None:
     from mlflow.tracking import MlflowClient
 
-    from trainflow.io import write_json
+    from trainflow.core.io import write_json
 
     # register.decide: point: the r2 values below are made up (the paired rule re-scores both models instead)
     root = project(tmp_path, "tips", tips(), **{"data.target": "tip", "register.decide": "point"})
@@ -215,7 +215,7 @@ def test_the_printed_load_it_recipe_works_on_the_raw_csv(
     import re
 
     from trainflow import serving
-    from trainflow.report import summary
+    from trainflow.stages.report import summary
 
     frame = {"taxis": taxis(n=1200), "cars": cars(), "tips": tips()}[shape]
     root = project(tmp_path, shape, frame, **{"data.target": target})

@@ -19,11 +19,11 @@ from conftest import blobs, make_project
 from PIL import Image
 
 from trainflow import cli
+from trainflow.core.errors import ParamsError
+from trainflow.core.io import read_json
+from trainflow.core.paths import Paths
 from trainflow.data.sources import read_source
-from trainflow.errors import ParamsError
-from trainflow.io import read_json
 from trainflow.params import DataParams, load_params, validate
-from trainflow.paths import Paths
 from trainflow.stages import run_stage
 
 

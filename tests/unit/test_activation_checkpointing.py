@@ -77,9 +77,9 @@ def test_checkpointing_gives_the_gradients_of_a_plain_backward(kind: str, tmp_pa
 
 
 def test_a_model_that_cannot_checkpoint_is_a_params_error(iris_project: Path) -> None:
-    from trainflow.errors import ParamsError
+    from trainflow.core.errors import ParamsError
+    from trainflow.core.paths import Paths
     from trainflow.params import load_params
-    from trainflow.paths import Paths
     from trainflow.stages import run_stage
 
     paths = Paths(iris_project)

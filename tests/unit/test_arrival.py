@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from conftest import make_project
 
-from trainflow import arrival, cli
-from trainflow.errors import DataError, UserError
-from trainflow.paths import Paths
+from trainflow import cli
+from trainflow.core.errors import DataError, UserError
+from trainflow.core.paths import Paths
+from trainflow.data import arrival
 
 HEADER = "x1,x2,label\n"
 

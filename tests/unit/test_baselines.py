@@ -11,7 +11,7 @@ from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.metrics import accuracy_score, f1_score, log_loss, mean_absolute_error, mean_squared_error, r2_score
 
 from trainflow import baselines
-from trainflow.stages.evaluate import classification_metrics, regression_metrics
+from trainflow.metrics import classification_metrics, regression_metrics
 
 
 def table(n: int, seed: int) -> np.ndarray:

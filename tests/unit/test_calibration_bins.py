@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from trainflow import card
 from trainflow.engine.objective import CALIBRATION, ECE_BINS, Objective, calibration_sums
-from trainflow.gate import Scored
-from trainflow.stages.evaluate import expected_calibration_error
+from trainflow.metrics import expected_calibration_error
+from trainflow.registry import card
+from trainflow.registry.gate import Scored
 
 CLASSES = 10  # a top probability as low as 0.1 needs ten classes
 

@@ -17,7 +17,7 @@ from sklearn.preprocessing import label_binarize
 from trainflow import plots
 from trainflow.engine.objective import CALIBRATION, Objective, calibration_sums
 from trainflow.engine.ranking import roc_pr_auc
-from trainflow.stages.evaluate import classification_metrics, expected_calibration_error, per_class
+from trainflow.metrics import classification_metrics, expected_calibration_error, per_class
 
 
 def reference_ece(labels: np.ndarray, proba: np.ndarray, bins: int = 15) -> float:
@@ -170,7 +170,7 @@ def test_curves_binary_one_multiclass_the_most_frequent(tmp_path: Path) -> None:
 
 def test_monitor_and_gate_directions() -> None:
     from trainflow.params import RegisterParams, TrainParams
-    from trainflow.registry import MINIMIZE
+    from trainflow.registry.registry import MINIMIZE
 
     assert TrainParams(monitor="val_ece").minimize and not TrainParams(monitor="val_roc_auc").minimize
     assert not TrainParams(monitor="val_pr_auc").minimize and not TrainParams(monitor="val_ece", mode="max").minimize

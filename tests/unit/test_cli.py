@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from trainflow import cli
+from trainflow.core.paths import Paths
 from trainflow.params import write_overrides
-from trainflow.paths import Paths
 
 
 def test_overrides_change_only_their_lines(params_file: Path) -> None:

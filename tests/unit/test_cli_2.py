@@ -15,11 +15,12 @@ from typing import Any
 import pytest
 import yaml
 
-from trainflow import cli, report
+from trainflow import cli
+from trainflow.core.io import write_json
+from trainflow.core.paths import Paths
+from trainflow.core.progress import PlainProgress, progress
 from trainflow.data.schema import Schema
-from trainflow.engine.progress import PlainProgress, progress
-from trainflow.io import write_json
-from trainflow.paths import Paths
+from trainflow.stages import report
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -57,7 +58,8 @@ class ClosedPipe(io.StringIO):
 def test_models_list_into_a_closed_pipe_ends_quietly(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from trainflow import registry, tracking
+    from trainflow import tracking
+    from trainflow.registry import registry
 
     monkeypatch.setattr(tracking, "configure", lambda root: None)
     monkeypatch.setattr(registry, "list_versions", lambda name: [version(2), version(1)])

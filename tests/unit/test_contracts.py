@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from trainflow import cli
-from trainflow.errors import ParamsError
+from trainflow.core.errors import ParamsError
 from trainflow.params import load_params, write_overrides
 
 

@@ -11,7 +11,7 @@ import yaml
 from conftest import committed
 
 from trainflow import cli
-from trainflow.errors import ParamsError
+from trainflow.core.errors import ParamsError
 from trainflow.params import DEFAULT_CRON, DeployParams, load_params
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,7 +30,7 @@ def test_prefect_yaml_deploys_what_params_yaml_says() -> None:
     assert (REPO / path).is_file() and f"def {function}(" in (REPO / path).read_text()
     [pull] = spec["pull"]
     assert list(pull) == ["prefect.deployments.steps.set_working_directory"]
-    from trainflow import arrival
+    from trainflow.data import arrival
 
     [trigger] = deployment["triggers"]  # what `trainflow deploy` makes of deploy.on_new_data, in YAML
     assert (trigger["type"], trigger["enabled"]) == ("event", defaults.on_new_data)
@@ -102,7 +102,7 @@ def test_deploy_to_a_server_that_does_not_answer_exits_2_naming_it(
 
 def test_serve_registers_the_params_schedule_for_this_project(params_file: Path) -> None:
     from flows.deploy import deploy_params, serve_kwargs
-    from trainflow.paths import Paths
+    from trainflow.core.paths import Paths
 
     paths = Paths(params_file.parent)
     deploy = deploy_params(paths, cron="30 2 * * 6", name=None, timezone="Europe/Paris")

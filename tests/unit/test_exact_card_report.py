@@ -18,10 +18,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from trainflow import card, gate, report, why
+from trainflow.core.io import write_json
+from trainflow.core.paths import Paths
 from trainflow.data.schema import Schema
-from trainflow.io import write_json
-from trainflow.paths import Paths
+from trainflow.registry import card, changes, gate
+from trainflow.stages import report
 
 # --------------------------------------------------------------------------------------------------------------------
 # report: the Prefect artifacts
@@ -696,7 +697,7 @@ def test_data_files_are_rows_and_sha256_per_file_sorted_by_name(tmp_path: Path) 
     big = b"0123456789" * 150_000  # over one read block (1 MiB)
     (tmp_path / "c.csv").write_bytes(big)
     paths = [tmp_path / "b.csv", tmp_path / "a.csv", tmp_path / "c.csv"]
-    got = why.data_files(["data/b.csv", "data/a.csv", "data/c.csv"], [2, 1, 7], paths, group_by_folder=False)
+    got = changes.data_files(["data/b.csv", "data/a.csv", "data/c.csv"], [2, 1, 7], paths, group_by_folder=False)
     assert got == {
         "data/a.csv": {"rows": 1, "sha256": hashlib.sha256(b"x\n3\n").hexdigest()},
         "data/b.csv": {"rows": 2, "sha256": hashlib.sha256(b"x\n1\n2\n").hexdigest()},
@@ -704,9 +705,9 @@ def test_data_files_are_rows_and_sha256_per_file_sorted_by_name(tmp_path: Path) 
     }
     assert list(got) == ["data/a.csv", "data/b.csv", "data/c.csv"]
     with pytest.raises(ValueError):  # a row count for each file, no fewer
-        why.data_files(["data/b.csv", "data/a.csv"], [2], [tmp_path / "b.csv", tmp_path / "a.csv"], False)
+        changes.data_files(["data/b.csv", "data/a.csv"], [2], [tmp_path / "b.csv", tmp_path / "a.csv"], False)
     images = [tmp_path / "a.csv", tmp_path / "b.csv", tmp_path / "a.csv"]
-    folders = why.data_files(["img/dog/1.png", "img/cat/2.png", "img/cat/1.png"], [1, 1, 1], images, True)
+    folders = changes.data_files(["img/dog/1.png", "img/cat/2.png", "img/cat/1.png"], [1, 1, 1], images, True)
     assert folders == {
         "img/cat/": {"rows": 2, "sha256": hashlib.sha256(b"x\n1\n2\n" + b"x\n3\n").hexdigest()},
         "img/dog/": {"rows": 1, "sha256": hashlib.sha256(b"x\n3\n").hexdigest()},
@@ -716,55 +717,55 @@ def test_data_files_are_rows_and_sha256_per_file_sorted_by_name(tmp_path: Path) 
 def test_the_data_tag_is_compact_json_up_to_the_limit_and_a_digest_past_it() -> None:
     """The compact form has no spaces and 12 hex of each hash; at exactly TAG_LIMIT characters it is kept."""
     sha = "0123456789abcdef" * 4
-    assert why.data_tag({"a.csv": {"rows": 3, "sha256": sha}, "b.csv": {"rows": 0, "sha256": sha}}) == (
+    assert changes.data_tag({"a.csv": {"rows": 3, "sha256": sha}, "b.csv": {"rows": 0, "sha256": sha}}) == (
         '{"a.csv":[3,"0123456789ab"],"b.csv":[0,"0123456789ab"]}'
     )
-    at_limit = {"n" * (why.TAG_LIMIT - 23): {"rows": 1, "sha256": sha}}  # '{"' + name + '":[1,"' + 12 + '"]}'
-    assert len(why.data_tag(at_limit)) == why.TAG_LIMIT == 4500
-    assert json.loads(why.data_tag(at_limit)) == {"n" * 4477: [1, "0123456789ab"]}
+    at_limit = {"n" * (changes.TAG_LIMIT - 23): {"rows": 1, "sha256": sha}}  # '{"' + name + '":[1,"' + 12 + '"]}'
+    assert len(changes.data_tag(at_limit)) == changes.TAG_LIMIT == 4500
+    assert json.loads(changes.data_tag(at_limit)) == {"n" * 4477: [1, "0123456789ab"]}
     over = {"n" * 4478: {"rows": 1, "sha256": sha}, "m": {"rows": 2, "sha256": sha}}
     compact = json.dumps({k: [v["rows"], sha[:12]] for k, v in over.items()}, separators=(",", ":"))
     digest = hashlib.sha256(compact.encode()).hexdigest()[:16]
-    assert why.data_tag(over) == f'{{"files": 2, "rows": 3, "digest": "{digest}"}}'
+    assert changes.data_tag(over) == f'{{"files": 2, "rows": 3, "digest": "{digest}"}}'
 
 
 def test_data_changes_name_each_file_new_removed_grown_or_edited() -> None:
     sha, other = "a" * 64, "b" * 64
-    then = why.data_tag({"gone.csv": {"rows": 4, "sha256": sha}, "grew.csv": {"rows": 2, "sha256": sha},
+    then = changes.data_tag({"gone.csv": {"rows": 4, "sha256": sha}, "grew.csv": {"rows": 2, "sha256": sha},
                          "edit.csv": {"rows": 5, "sha256": sha}, "same.csv": {"rows": 1, "sha256": sha}})  # fmt: skip
     now = {"grew.csv": {"rows": 3, "sha256": other}, "edit.csv": {"rows": 5, "sha256": other},
            "same.csv": {"rows": 1, "sha256": sha}, "new.csv": {"rows": 7, "sha256": sha}}  # fmt: skip
-    assert why._data_changes(then, now) == [
+    assert changes._data_changes(then, now) == [
         "edit.csv: the same 5 rows, other content",
         "gone.csv: removed (4 rows)",
         "grew.csv: +1 rows (2 -> 3)",
         "new.csv: new file, 7 rows",
     ]
-    assert why._data_changes(None, now) is None
-    assert why._data_changes(why.data_tag(now), now) == []
+    assert changes._data_changes(None, now) is None
+    assert changes._data_changes(changes.data_tag(now), now) == []
 
 
 def test_data_changes_against_a_digest_tag_are_one_sentence_with_question_marks_for_what_a_list_lacks() -> None:
     many = {f"p{i:04d}-{'x' * 20}.csv": {"rows": 10, "sha256": "f" * 64} for i in range(200)}
-    assert "digest" in why.data_tag(many)
-    listed = why.data_tag({"a.csv": {"rows": 1, "sha256": "f" * 64}})
-    assert why._data_changes(listed, many) == [
+    assert "digest" in changes.data_tag(many)
+    listed = changes.data_tag({"a.csv": {"rows": 1, "sha256": "f" * 64}})
+    assert changes._data_changes(listed, many) == [
         "the data changed (? -> 2000 rows over ? -> 200 files; too many files to list)"
     ]
-    assert why._data_changes(why.data_tag(many), {"a.csv": {"rows": 1, "sha256": "f" * 64}}) == [
+    assert changes._data_changes(changes.data_tag(many), {"a.csv": {"rows": 1, "sha256": "f" * 64}}) == [
         "the data changed (2000 -> ? rows over 200 -> ? files; too many files to list)"
     ]
-    assert why._data_changes(why.data_tag(many), many) == []
+    assert changes._data_changes(changes.data_tag(many), many) == []
 
 
 def test_param_changes_are_old_to_new_sorted_with_unset_for_a_missing_side() -> None:
-    assert why._param_changes({"a": "1", "b": "2", "d": "5"}, {"b": "3", "c": "4", "d": "5"}) == [
+    assert changes._param_changes({"a": "1", "b": "2", "d": "5"}, {"b": "3", "c": "4", "d": "5"}) == [
         "a: 1 -> (unset)",
         "b: 2 -> 3",
         "c: (unset) -> 4",
     ]
-    assert why._param_changes(None, {"a": "1"}) is None
-    assert why._param_changes({}, {}) == []
+    assert changes._param_changes(None, {"a": "1"}) is None
+    assert changes._param_changes({}, {}) == []
 
 
 def _git(root: Path, *args: str) -> str:
@@ -772,11 +773,11 @@ def _git(root: Path, *args: str) -> str:
 
 
 def test_code_changes_are_the_package_and_root_modules_git_changed_and_unknown_without_a_commit(tmp_path: Path) -> None:
-    assert why._code_changes(tmp_path, None, "c1", False) is None
-    assert why._code_changes(tmp_path, "", "c1", False) is None
-    assert why._code_changes(tmp_path, "unknown", "c1", False) is None
-    assert why._code_changes(tmp_path, "c1", "unknown", False) is None
-    assert why._code_changes(tmp_path, "c1", "c1", False) == []  # same commit, clean: no git needed
+    assert changes._code_changes(tmp_path, None, "c1", False) is None
+    assert changes._code_changes(tmp_path, "", "c1", False) is None
+    assert changes._code_changes(tmp_path, "unknown", "c1", False) is None
+    assert changes._code_changes(tmp_path, "c1", "unknown", False) is None
+    assert changes._code_changes(tmp_path, "c1", "c1", False) == []  # same commit, clean: no git needed
     _git(tmp_path, "init", "-q")
     _git(tmp_path, "config", "user.email", "t@t")
     _git(tmp_path, "config", "user.name", "t")
@@ -790,21 +791,21 @@ def test_code_changes_are_the_package_and_root_modules_git_changed_and_unknown_w
         (tmp_path / name).write_text("2\n")
     _git(tmp_path, "commit", "-qam", "two")
     two = _git(tmp_path, "rev-parse", "HEAD")
-    assert why._code_changes(tmp_path, one, two, False) == ["model.py", "trainflow/a.py"]
-    assert why._code_changes(tmp_path, "0" * 40, two, False) is None  # not in this clone
+    assert changes._code_changes(tmp_path, one, two, False) == ["model.py", "trainflow/a.py"]
+    assert changes._code_changes(tmp_path, "0" * 40, two, False) is None  # not in this clone
     _git(tmp_path, "tag", "unknown", one)  # even where "unknown" names a commit, it stands for no commit recorded
-    assert why._code_changes(tmp_path, "unknown", two, False) is None
-    assert why._code_changes(tmp_path, one, "unknown", False) is None
+    assert changes._code_changes(tmp_path, "unknown", two, False) is None
+    assert changes._code_changes(tmp_path, one, "unknown", False) is None
     (tmp_path / "model.py").write_text("3\n")
     (tmp_path / "sub/b.py").write_text("3\n")
-    assert why._code_changes(tmp_path, two, two, True) == ["model.py (uncommitted)"]
-    assert why._code_changes(tmp_path, one, two, True) == ["model.py", "trainflow/a.py"]
-    assert why._code_changes(tmp_path, one, two, False) == ["model.py", "trainflow/a.py"]
+    assert changes._code_changes(tmp_path, two, two, True) == ["model.py (uncommitted)"]
+    assert changes._code_changes(tmp_path, one, two, True) == ["model.py", "trainflow/a.py"]
+    assert changes._code_changes(tmp_path, one, two, False) == ["model.py", "trainflow/a.py"]
     # explain asks git in the project it is given, and says what is uncommitted there
     champion = SimpleNamespace(version="1", tags={"git_commit": one})
-    assert why.explain(tmp_path, champion, {}, None, {}, two, True)["code"] == ["model.py", "trainflow/a.py"]
+    assert changes.explain(tmp_path, champion, {}, None, {}, two, True)["code"] == ["model.py", "trainflow/a.py"]
     champion = SimpleNamespace(version="2", tags={"git_commit": two})
-    assert why.explain(tmp_path, champion, {}, None, {}, two, True)["summary"] == (
+    assert changes.explain(tmp_path, champion, {}, None, {}, two, True)["summary"] == (
         "since champion version 2: data: unknown | code: model.py (uncommitted)"
     )
 
@@ -813,12 +814,12 @@ def test_explain_is_the_whole_why_dict_for_a_first_version_a_repeat_and_a_change
     root = Path("/nonexistent")  # same commit and a clean tree: git is never asked
     files = {"t.csv": {"rows": 2, "sha256": "a" * 64}}
     params = {"seed": "1"}
-    assert why.explain(root, None, None, files, params, "c1", False) == {
+    assert changes.explain(root, None, None, files, params, "c1", False) == {
         "compared_with": None,
         "summary": "the first version of this model: nothing to compare with",
     }
-    champion = SimpleNamespace(version="4", tags={why.DATA_TAG: why.data_tag(files), "git_commit": "c1"})
-    assert why.explain(root, champion, params, files, params, "c1", False) == {
+    champion = SimpleNamespace(version="4", tags={changes.DATA_TAG: changes.data_tag(files), "git_commit": "c1"})
+    assert changes.explain(root, champion, params, files, params, "c1", False) == {
         "compared_with": 4,
         "data": [],
         "params": [],
@@ -826,7 +827,7 @@ def test_explain_is_the_whole_why_dict_for_a_first_version_a_repeat_and_a_change
         "summary": "nothing changed since champion version 4 (data, params and code are the same): a scheduled or "
         "repeated run",
     }
-    assert why.explain(root, champion, params, None, {"seed": "2"}, "c1", False) == {
+    assert changes.explain(root, champion, params, None, {"seed": "2"}, "c1", False) == {
         "compared_with": 4,
         "data": None,
         "params": ["seed: 1 -> 2"],
@@ -834,14 +835,14 @@ def test_explain_is_the_whole_why_dict_for_a_first_version_a_repeat_and_a_change
         "summary": "since champion version 4: data: unknown | params: seed: 1 -> 2",
     }
     # the data and code the same but the champion's params unknown: not "nothing changed"
-    unknown_params = why.explain(root, champion, None, files, params, "c1", False)
+    unknown_params = changes.explain(root, champion, None, files, params, "c1", False)
     assert unknown_params["summary"] == "since champion version 4: params: unknown"
     no_data_tag = SimpleNamespace(version="4", tags={"git_commit": "c1"})
-    assert why.explain(root, no_data_tag, params, files, params, "c1", False)["summary"] == (
+    assert changes.explain(root, no_data_tag, params, files, params, "c1", False)["summary"] == (
         "since champion version 4: data: unknown"
     )
-    no_commit = SimpleNamespace(version="4", tags={why.DATA_TAG: why.data_tag(files)})
-    assert why.explain(root, no_commit, params, files, params, "c1", False)["summary"] == (
+    no_commit = SimpleNamespace(version="4", tags={changes.DATA_TAG: changes.data_tag(files)})
+    assert changes.explain(root, no_commit, params, files, params, "c1", False)["summary"] == (
         "since champion version 4: code: unknown"
     )
 
@@ -850,11 +851,11 @@ def test_explain_lists_twenty_changes_of_a_kind_and_counts_the_rest() -> None:
     then = {f"p{i:02d}": "0" for i in range(22)}
     now = {f"p{i:02d}": "1" for i in range(22)}
     champion = SimpleNamespace(version="1", tags={"git_commit": "c"})
-    got = why.explain(Path("/nonexistent"), champion, then, None, now, "c", False)
+    got = changes.explain(Path("/nonexistent"), champion, then, None, now, "c", False)
     assert got["params"] == [f"p{i:02d}: 0 -> 1" for i in range(22)]
     shown = "; ".join(f"p{i:02d}: 0 -> 1" for i in range(20))
     assert got["summary"] == f"since champion version 1: data: unknown | params: {shown}; ... and 2 more"
-    twenty = why.explain(Path("/nonexistent"), champion, {k: then[k] for k in list(then)[:20]},
+    twenty = changes.explain(Path("/nonexistent"), champion, {k: then[k] for k in list(then)[:20]},
                          None, {k: now[k] for k in list(now)[:20]}, "c", False)  # fmt: skip
     assert twenty["summary"] == f"since champion version 1: data: unknown | params: {shown}"
 

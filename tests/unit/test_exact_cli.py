@@ -13,10 +13,13 @@ from typing import Any
 
 import pytest
 
-from trainflow import arrival, batch, cli, registry, stages, tracking
-from trainflow.errors import Preempted, ServiceError, UserError
+from trainflow import cli, stages, tracking
+from trainflow.artifacts import batch_predict
+from trainflow.core.errors import Preempted, ServiceError, UserError
+from trainflow.core.paths import Paths
+from trainflow.data import arrival
 from trainflow.params import write_overrides
-from trainflow.paths import Paths
+from trainflow.registry import registry
 
 HELP = {
     "": (
@@ -351,7 +354,7 @@ def test_predict_hands_its_defaults_to_predict_file_and_prints_its_result_as_jso
     no --runtime: torch.
     The project's registry is configured and its root importable before the model loads."""
     calls: list[Any] = []
-    monkeypatch.setattr(batch, "predict_file", recorder(calls, {"rows": 3, "output": "out.csv"}))
+    monkeypatch.setattr(batch_predict, "predict_file", recorder(calls, {"rows": 3, "output": "out.csv"}))
     monkeypatch.setattr(sys, "path", list(sys.path))
     assert cli.main(["predict", "--model", "models:/m@champion", "--input", "in.csv", "--output", "out.csv"]) == 0
     assert calls == [(("models:/m@champion", Path("in.csv"), Path("out.csv"), 1024, None, "torch"), {})]
@@ -363,7 +366,7 @@ def test_predict_passes_the_batch_size_memory_budget_and_runtime_given(
     project: Paths, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     calls: list[Any] = []
-    monkeypatch.setattr(batch, "predict_file", recorder(calls, {}))
+    monkeypatch.setattr(batch_predict, "predict_file", recorder(calls, {}))
     argv = ["predict", "--model", "runs:/r/model", "--input", "a.parquet", "--output", "b.jsonl"]
     assert cli.main([*argv, "--batch-size", "1", "--memory-budget-mb", "2.5", "--runtime", "onnx"]) == 0
     assert calls == [(("runs:/r/model", Path("a.parquet"), Path("b.jsonl"), 1, 2.5, "onnx"), {})]
@@ -375,7 +378,7 @@ def test_a_batch_size_under_one_is_refused_before_anything_loads(
     size: str, project: Paths, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     calls: list[Any] = []
-    monkeypatch.setattr(batch, "predict_file", recorder(calls, {}))
+    monkeypatch.setattr(batch_predict, "predict_file", recorder(calls, {}))
     argv = ["predict", "--model", "m", "--input", "a.csv", "--output", "b.csv", "--batch-size", size]
     assert cli.main(argv) == 2
     assert capsys.readouterr() == ("", f"error: --batch-size must be at least 1, not {size}\n")
@@ -487,7 +490,7 @@ def test_models_show_prints_the_version_s_card_and_copies_its_html_page(
 ) -> None:
     import mlflow.artifacts
 
-    from trainflow import verify
+    from trainflow.registry import verify
 
     seen: list[Any] = []
     looked: list[Any] = []
@@ -511,7 +514,7 @@ def test_models_show_of_a_version_without_a_card_says_how_one_is_written(
 ) -> None:
     import mlflow.artifacts
 
-    from trainflow import verify
+    from trainflow.registry import verify
 
     monkeypatch.setattr(verify, "version_of", lambda model: types.SimpleNamespace(run_id="r", version="3"))
     monkeypatch.setattr(mlflow.artifacts, "download_artifacts", card_download(files, []))
@@ -544,7 +547,7 @@ def test_verify_says_a_version_reproduces_on_stdout(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from trainflow import verify
+    from trainflow.registry import verify
 
     calls: list[Any] = []
     monkeypatch.setattr(verify, "verify", recorder(calls, {**RESULT, "verified": True}))
@@ -598,7 +601,7 @@ def test_verify_says_a_version_did_not_reproduce_and_names_the_environment_on_st
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from trainflow import verify
+    from trainflow.registry import verify
 
     result = {**RESULT, "verified": False, "metrics_differ": differ, "environment_differs": env}
     monkeypatch.setattr(verify, "verify", lambda model, root, commit: result)
@@ -1013,11 +1016,11 @@ def test_predict_file_writes_the_rows_with_their_predictions_and_says_what_it_di
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     scorer = Scorer()
-    monkeypatch.setattr(batch, "load", lambda model: scorer)
+    monkeypatch.setattr(batch_predict, "load", lambda model: scorer)
     source = tmp_path / "in.csv"
     source.write_text("x1,x2\n1,2\n3,4\n5,6\n")
     out = tmp_path / "out.tsv"
-    assert batch.predict_file("models:/m/1", source, out, 7) == {
+    assert batch_predict.predict_file("models:/m/1", source, out, 7) == {
         "model": "models:/m/1",
         "input": str(source),
         "output": str(out),
@@ -1034,11 +1037,11 @@ def test_a_parquet_input_over_the_budget_is_streamed_and_says_the_same(
     import pandas as pd
 
     scorer = Scorer()
-    monkeypatch.setattr(batch, "load", lambda model: scorer)
+    monkeypatch.setattr(batch_predict, "load", lambda model: scorer)
     source = tmp_path / "in.parquet"
     pd.DataFrame({"x1": [1, 3], "x2": [2, 4]}).to_parquet(source, index=False)
     out = tmp_path / "out.jsonl"
-    assert batch.predict_file("m", source, out, 5, memory_budget_mb=1e-9) == {
+    assert batch_predict.predict_file("m", source, out, 5, memory_budget_mb=1e-9) == {
         "model": "m",
         "input": str(source),
         "output": str(out),
@@ -1166,14 +1169,14 @@ def test_a_failed_dvc_add_shows_its_stderr_else_its_stdout_else_its_exit_code(
     ],
 )
 def test_a_model_reference_is_its_name_and_its_alias_or_version(model: str, named: tuple[str, str]) -> None:
-    from trainflow.verify import resolve
+    from trainflow.registry.verify import resolve
 
     assert resolve(model) == named
 
 
 @pytest.mark.parametrize("model", ["m", "models:/m", "@champion", "m@", "/3", "m/"])
 def test_a_reference_without_a_version_says_how_to_name_one(model: str) -> None:
-    from trainflow.verify import resolve
+    from trainflow.registry.verify import resolve
 
     with pytest.raises(UserError) as err:
         resolve(model)
@@ -1183,7 +1186,7 @@ def test_a_reference_without_a_version_says_how_to_name_one(model: str) -> None:
 def test_the_commit_is_dirty_when_a_tracked_file_other_than_dvc_lock_differs(tmp_path: Path) -> None:
     import subprocess
 
-    from trainflow.lineage import git_commit
+    from trainflow.registry.lineage import git_commit
 
     assert git_commit(tmp_path) == ("unknown", False)
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
@@ -1212,7 +1215,7 @@ class FlowState:
 
 
 def run_setup(monkeypatch: pytest.MonkeyPatch, state: FlowState) -> tuple[list[Any], list[Any]]:
-    from trainflow import report
+    from trainflow.stages import report
 
     flows: list[Any] = []
     summaries: list[Any] = []

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from trainflow import params as pm
-from trainflow.errors import ParamsError
+from trainflow.core.errors import ParamsError
 from trainflow.params import (
     Dimension,
     PipelineParams,

@@ -17,9 +17,12 @@ import pandas as pd
 import pytest
 from conftest import model_run
 
-from trainflow import gate, manifest, registry, tracking
-from trainflow.errors import ParamsError, ServiceError, UserError
+from trainflow import tracking
+from trainflow.artifacts import manifest
+from trainflow.core import outage
+from trainflow.core.errors import ParamsError, ServiceError, UserError
 from trainflow.params import RegisterParams
+from trainflow.registry import gate, registry
 
 FIX = "Fix params.yaml or the -S override, then rerun (`trainflow params schema` lists every field)."
 
@@ -278,11 +281,11 @@ def test_unavailable_and_not_found_tell_an_outage_from_an_answer() -> None:
         mlflow_error("max retries exceeded", "INTERNAL_ERROR"),  # MLflow's text is capitalised
         ValueError("Max retries exceeded"),
     ]
-    assert [tracking.unavailable(e) for e in outages] == [True] * len(outages)
-    assert [tracking.unavailable(e) for e in answers] == [False] * len(answers)
-    assert [tracking.not_found(e) for e in answers] == [True, True, False, False, False]
-    assert [tracking.not_found(e) for e in outages] == [False] * len(outages)
-    assert not tracking.not_found(mlflow_error("not found", "ENDPOINT_NOT_FOUND"))
+    assert [outage.unavailable(e) for e in outages] == [True] * len(outages)
+    assert [outage.unavailable(e) for e in answers] == [False] * len(answers)
+    assert [outage.not_found(e) for e in answers] == [True, True, False, False, False]
+    assert [outage.not_found(e) for e in outages] == [False] * len(outages)
+    assert not outage.not_found(mlflow_error("not found", "ENDPOINT_NOT_FOUND"))
 
 
 def test_the_run_folder_is_the_utc_time_and_the_run_id() -> None:

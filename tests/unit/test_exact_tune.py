@@ -28,11 +28,13 @@ from test_tune_in_process import CURRENT, mlflow_runs, sweep_params
 
 import trainflow.stages.train
 from trainflow import tune
+from trainflow.core.errors import DiskFullError, UserError
+from trainflow.core.paths import Paths
 from trainflow.engine import distributed
-from trainflow.errors import DiskFullError, UserError
 from trainflow.params import PipelineParams
-from trainflow.paths import Paths
 from trainflow.tune import ray_backend, runs, worker
+from trainflow.tune import runs as tune_runs
+from trainflow.tune import study as tune_study
 from trainflow.tune.study import PARENT_RUN, claim, open_study
 
 prepared, project = in_process.prepared, in_process.project  # the iris project, split once per module
@@ -308,7 +310,7 @@ def rigged_ray(monkeypatch: pytest.MonkeyPatch, restorable: bool = False, initia
 def test_a_ray_sweep_starts_ray_with_its_cores_searches_from_the_current_params_and_stops_trials_with_asha(
     project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from trainflow.fingerprint import data_hash
+    from trainflow.engine.fingerprint import data_hash
 
     seen = rigged_ray(monkeypatch)
     p, paths = sweep_params(project, "tune.backend=ray", "tune.seed=5"), Paths(project)
@@ -461,7 +463,7 @@ def said(err: str) -> list[str]:
 def test_a_two_trial_sweep_prints_each_step_and_returns_its_whole_summary_and_trials_csv(
     project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from trainflow.fingerprint import data_hash
+    from trainflow.engine.fingerprint import data_hash
 
     scripted_training(
         monkeypatch,
@@ -541,7 +543,7 @@ def test_a_two_trial_sweep_prints_each_step_and_returns_its_whole_summary_and_tr
         }
         assert child.data.metrics == {"val_loss": value, "best_val_loss": value}
         assert child.data.params["train.lr"] == "0.002"
-    s = open_study(p, project, 2, *tune.hashes(p, paths))
+    s = open_study(p, project, 2, *tune_study.hashes(p, paths))
     assert [(t.user_attrs["mlflow_run_id"], t.user_attrs["mlflow_run_key"]) for t in s.trials()] == [
         (r.info.run_id, r.data.tags[runs.KEY_TAG]) for r in children
     ]
@@ -592,7 +594,7 @@ def test_a_sweep_whose_last_trial_runs_elsewhere_says_so_and_leaves_the_studys_r
     project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     p, paths = sweep_params(project, "tune.storage=models/tune/other.log"), Paths(project)
-    elsewhere = open_study(p, project, 1, *tune.hashes(p, paths), on_create=tune.parent_run(p, project))
+    elsewhere = open_study(p, project, 1, *tune_study.hashes(p, paths), on_create=tune_runs.parent_run(p, project))
     held = claim(elsewhere)
     assert held is not None
     capsys.readouterr()
@@ -656,7 +658,7 @@ def test_local_workers_show_ended_trials_as_they_end_and_each_stopped_one_with_h
 def test_the_worker_prints_how_many_trials_it_ran_or_the_error_alone(
     project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from trainflow.errors import ServiceError
+    from trainflow.core.errors import ServiceError
 
     p = sweep_params(project)
     results = iter([2, ServiceError("MLflow did not answer"), UserError("tune: study 'x' was begun elsewhere")])
@@ -894,7 +896,7 @@ def test_a_study_that_cannot_be_opened_says_exactly_why_and_what_to_do(params_fi
     import optuna
     from filelock import FileLock
 
-    from trainflow.errors import ParamsError
+    from trainflow.core.errors import ParamsError
     from trainflow.params import load_params
     from trainflow.tune import study as study_
 

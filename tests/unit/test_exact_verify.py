@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from trainflow import lineage, registry, verify
-from trainflow.errors import DataError, UserError
+from trainflow.core.errors import DataError, UserError
+from trainflow.registry import lineage, registry, verify
 
 COMMIT_FILES = {
     "params.yaml": "seed: 1\n",

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from trainflow.errors import ParamsError
+from trainflow.core.errors import ParamsError
 from trainflow.params import RegisterParams
-from trainflow.registry import beats, gate_metric
+from trainflow.registry.registry import beats, gate_metric
 
 
 @pytest.mark.parametrize(

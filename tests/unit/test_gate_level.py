@@ -12,8 +12,8 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from trainflow import gate
-from trainflow.gate import Scored
+from trainflow.registry import gate
+from trainflow.registry.gate import Scored
 
 SIMULATIONS = 200
 LEVEL = 0.05

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-import trainflow.io
-from trainflow.errors import DiskFullError
-from trainflow.io import atomic_dir, atomic_path, exchange
+import trainflow.core.io
+from trainflow.core.errors import DiskFullError
+from trainflow.core.io import atomic_dir, atomic_path, exchange
 
 
 def contents(d: Path) -> dict[str, str]:
@@ -35,7 +35,7 @@ def test_atomic_dir_replaces_a_directory_and_leaves_nothing_behind(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, swap: bool
 ) -> None:
     if not swap:
-        monkeypatch.setattr(trainflow.io, "exchange", lambda a, b: False)
+        monkeypatch.setattr(trainflow.core.io, "exchange", lambda a, b: False)
     for version in ("1", "2", "3"):
         with atomic_dir(tmp_path / "out") as tmp:
             (tmp / "f").write_text(version)
@@ -123,5 +123,5 @@ def test_an_old_directory_moved_aside_by_a_killed_write_comes_back_when_the_outp
     old = tmp_path / f".out.old.{dead_pid()}"
     old.mkdir()
     (old / "f").write_text("old")
-    trainflow.io.remove_leftovers(tmp_path / "out")
+    trainflow.core.io.remove_leftovers(tmp_path / "out")
     assert contents(tmp_path / "out") == {"f": "old"} and not old.exists()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from trainflow.lineage import (
+from trainflow.registry.lineage import (
     cache_folder,
     code_changes,
     dvc_cache,

@@ -1,4 +1,5 @@
-"""trainflow.manifest on folders made here: each file's sha256 (by hashlib here), the manifest cut into registry tags
+"""trainflow.artifacts.manifest on folders made here: each file's sha256 (by hashlib here), the manifest cut into
+registry tags
 no longer than MLflow 2's servers take and read back whole, and the check naming what changed, was added or is
 missing. The registered model end to end: tests/stages/test_registry_no_code.py."""
 
@@ -13,8 +14,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from trainflow import manifest
-from trainflow.errors import DiskFullError, ServiceError, UserError
+from trainflow.artifacts import manifest
+from trainflow.core.errors import DiskFullError, ServiceError, UserError
 
 
 def model_folder(root: Path, files: int = 3) -> Path:

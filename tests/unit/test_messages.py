@@ -8,10 +8,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from trainflow.core.errors import DataError
 from trainflow.data.preprocess import _booleans
 from trainflow.data.sources import _field_count_error
 from trainflow.engine.batch_size import Choice
-from trainflow.errors import DataError
 from trainflow.params import DataParams
 
 

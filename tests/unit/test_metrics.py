@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from trainflow.engine.objective import Objective
-from trainflow.stages.evaluate import classification_metrics, regression_metrics
+from trainflow.metrics import classification_metrics, regression_metrics
 
 
 def onehot(predicted: list[int], k: int) -> np.ndarray:

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from trainflow import cli, registry, tracking
-from trainflow.errors import UserError
+from trainflow import cli, tracking
+from trainflow.core.errors import UserError
+from trainflow.registry import registry
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The paired promotion gate (trainflow.gate): the sign-flip test's p-values and bounds are scipy's exact
+"""The paired promotion gate (trainflow.registry.gate): the sign-flip test's p-values and bounds are scipy's exact
 permutation test on the per-row differences (inverted at the margin), the swap test's are a hand enumeration with
 sklearn's metrics, its vectorised metrics are evaluate's, McNemar's p-value is scipy's exact binomial test, and the
 rule promotes on evidence: never on a few rows, never on rows without evidence, never on a worse calibration."""
@@ -14,9 +14,9 @@ import pytest
 from scipy.stats import binomtest, permutation_test
 from sklearn.metrics import average_precision_score, f1_score, log_loss, r2_score, roc_auc_score
 
-from trainflow import gate
-from trainflow.gate import Scored, compare, decide, mcnemar
-from trainflow.stages.evaluate import classification_metrics
+from trainflow.metrics import classification_metrics
+from trainflow.registry import gate
+from trainflow.registry.gate import Scored, compare, decide, mcnemar
 
 
 def classifier(labels: np.ndarray, right: np.ndarray, seed: int, classes: int = 3) -> Scored:
@@ -293,7 +293,7 @@ def test_a_worse_calibrated_challenger_is_never_favoured_on_ece() -> None:
 
 
 def test_the_metrics_to_minimise_are_defined_once() -> None:
-    from trainflow import card, registry
+    from trainflow.registry import card, registry
 
     assert registry.MINIMIZE is gate.MINIMIZE and card.MINIMIZE is gate.MINIMIZE
     assert {"log_loss", "ece", "rmse", "mae"} == gate.MINIMIZE

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-import trainflow.io
-from trainflow.io import atomic_dir, fsync_dir
+import trainflow.core.io
+from trainflow.core.io import atomic_dir, fsync_dir
 
 REPO = Path(__file__).resolve().parents[2]
 POSIX_ONLY = ("fcntl", "termios", "tty", "pty", "pwd", "grp", "resource", "syslog")
@@ -43,7 +43,7 @@ def test_directory_fsync_is_skipped_where_directories_cannot_be_opened(
     def no_directories(path: object, flags: int, *args: object) -> int:
         raise PermissionError(13, "Permission denied", str(path))  # what os.open of a directory does on Windows
 
-    monkeypatch.setattr(trainflow.io, "FSYNC_DIRECTORIES", False)  # its value on Windows ...
+    monkeypatch.setattr(trainflow.core.io, "FSYNC_DIRECTORIES", False)  # its value on Windows ...
     monkeypatch.setattr(os, "open", no_directories)  # ... where this is what opening a directory does
     fsync_dir(tmp_path)
     with atomic_dir(tmp_path / "out") as tmp:

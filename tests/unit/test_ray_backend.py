@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from trainflow.errors import UserError
+from trainflow.core.errors import UserError
 from trainflow.tune import ray_backend
 
 REPO = Path(__file__).resolve().parents[2]

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trainflow import report
-from trainflow.io import write_json
-from trainflow.paths import Paths
+from trainflow.core.io import write_json
+from trainflow.core.paths import Paths
+from trainflow.stages import report
 
 METRICS = {"accuracy": 0.9704, "f1_macro": 0.9701, "log_loss": 0.1012, "n_test": 270}
 

@@ -12,9 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from trainflow import card, why
-from trainflow.gate import Scored
-from trainflow.paths import Paths
+from trainflow.core.paths import Paths
+from trainflow.registry import card, changes
+from trainflow.registry.gate import Scored
 
 # --- why: params that changed -----------------------------------------------------------------------------------------
 
@@ -22,7 +22,7 @@ from trainflow.paths import Paths
 def test_a_param_new_since_the_champion_reads_unset_before_and_a_removed_one_unset_after() -> None:
     then = {"seed": "0", "train.lr": "0.1"}
     now = {"seed": "0", "train.epochs": "5"}
-    assert why._param_changes(then, now) == ["train.epochs: (unset) -> 5", "train.lr: 0.1 -> (unset)"]
+    assert changes._param_changes(then, now) == ["train.epochs: (unset) -> 5", "train.lr: 0.1 -> (unset)"]
 
 
 # --- card: bootstrap intervals ----------------------------------------------------------------------------------------

@@ -11,9 +11,9 @@ import pytest
 import test_tune_in_process as in_process
 from test_tune_in_process import mlflow_runs, sweep_params
 
-from trainflow.errors import DataError
+from trainflow.core.errors import DataError
+from trainflow.core.paths import Paths
 from trainflow.params import PipelineParams
-from trainflow.paths import Paths
 
 prepared, project = in_process.prepared, in_process.project  # the iris project and its own MLflow store
 
@@ -87,8 +87,8 @@ def test_a_trial_that_raises_still_releases_its_claim(tmp_path: Path, monkeypatc
 def test_layer_decay_on_a_model_without_numbered_layers_names_params_yaml_and_the_fix() -> None:
     from torch import nn
 
+    from trainflow.core.errors import ParamsError
     from trainflow.engine.optim import plan_groups
-    from trainflow.errors import ParamsError
     from trainflow.params import TrainParams
 
     with pytest.raises(ParamsError) as exc:
@@ -112,10 +112,10 @@ def test_a_ray_sweep_killed_after_starting_its_parent_run_finds_that_run_again(
     holds the run's key and no id; the next sweep finds the run by that key and records it, never a second run."""
     import json
 
-    import trainflow.io
+    import trainflow.core.io
     from trainflow.tune import ray_backend, runs
 
-    real = trainflow.io.failpoint
+    real = trainflow.core.io.failpoint
 
     def failpoint(name: str) -> None:
         if name == "tune-parent":
@@ -126,7 +126,7 @@ def test_a_ray_sweep_killed_after_starting_its_parent_run_finds_that_run_again(
     experiment = project / "models/tune/trainflow/ray"
     record = experiment.parent / f"{p.tune.study}.parent.json"
     with monkeypatch.context() as m:
-        m.setattr(trainflow.io, "failpoint", failpoint)
+        m.setattr(trainflow.core.io, "failpoint", failpoint)
         with pytest.raises(Killed):
             ray_backend._parent(p, Paths(project), experiment)
     (started,) = mlflow_runs(project)

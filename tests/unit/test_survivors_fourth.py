@@ -13,10 +13,10 @@ import pytest
 from conftest import make_project
 from pydantic import ValidationError
 
+from trainflow.core.errors import DataError
+from trainflow.core.paths import Paths
 from trainflow.data.validate import infer_schema
-from trainflow.errors import DataError
 from trainflow.params import DataParams, PipelineParams, _problems, load_params
-from trainflow.paths import Paths
 from trainflow.stages import run_stage
 
 # --- params: a tune.space value whose own error has ": " in it ----------------------------------------------------
@@ -116,7 +116,7 @@ def test_a_header_that_names_a_column_twice_is_refused_with_its_line(
 def test_restore_splits_copies_each_file_of_the_dvc_directory_listing_into_dest(tmp_path: Path) -> None:
     """A DVC directory hash lists its files (relpath, md5); each cached file is copied to dest under its relpath, also
     into a dest that exists, and into a sub-folder."""
-    from trainflow.verify import restore_splits
+    from trainflow.registry.verify import restore_splits
 
     cache = tmp_path / ".dvc/cache/files/md5"
     files = {"train.parquet": b"train rows", "nested/test.parquet": b"test rows"}
@@ -160,7 +160,7 @@ def test_a_share_of_one_sample_is_one_measurement_all_of_it_per_sample() -> None
     from torch import nn
 
     from trainflow.engine import batch_size as bs
-    from trainflow.engine.data import TensorData
+    from trainflow.engine.loaders import TensorData
     from trainflow.engine.objective import Objective
     from trainflow.engine.precision import Precision
     from trainflow.params import TrainParams

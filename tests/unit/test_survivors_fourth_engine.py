@@ -19,8 +19,8 @@ from torch import nn
 
 from trainflow.engine import batch_size as bs
 from trainflow.engine.checkpoint import CheckpointStore
-from trainflow.engine.data import TensorData
 from trainflow.engine.distributed import Group
+from trainflow.engine.loaders import TensorData
 from trainflow.engine.objective import Objective
 from trainflow.engine.precision import Precision
 from trainflow.models import hf
@@ -109,9 +109,9 @@ def test_a_ray_trial_killed_right_after_starting_its_run_leaves_the_runs_key_in_
     """Killed at the failpoint tune-run-start (the trial's MLflow run started, its id not yet recorded), run.json holds
     exactly {"key": <the key tag of the started run>, "run_id": null}; the restored trial finds that run by the key and
     carries it on instead of starting a second one."""
-    import trainflow.io
+    import trainflow.core.io
 
-    real = trainflow.io.failpoint
+    real = trainflow.core.io.failpoint
 
     def failpoint(name: str) -> None:
         if name == "tune-run-start":
@@ -123,7 +123,7 @@ def test_a_ray_trial_killed_right_after_starting_its_run_leaves_the_runs_key_in_
     record.parent.mkdir(parents=True)
     spec = {"data_hash": "dh", "parent": None}
     with monkeypatch.context() as m:
-        m.setattr(trainflow.io, "failpoint", failpoint)
+        m.setattr(trainflow.core.io, "failpoint", failpoint)
         with pytest.raises(Killed):
             ray_backend._child_run(project, p, p, "t1", spec, record)
     (started,) = mlflow_runs(project)

@@ -16,9 +16,10 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from trainflow import arrival, report
-from trainflow.errors import Preempted, UserError
-from trainflow.paths import Paths
+from trainflow.core.errors import Preempted, UserError
+from trainflow.core.paths import Paths
+from trainflow.data import arrival
+from trainflow.stages import report
 
 # --- trainflow data add ----------------------------------------------------------------------------------------------
 
@@ -123,7 +124,8 @@ class _Exported:
 def test_predict_prints_json_naming_the_model_it_scored_with(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], budget: str | None
 ) -> None:
-    from trainflow import batch, cli
+    from trainflow import cli
+    from trainflow.artifacts import batch_predict
 
     loaded: list[str] = []
 
@@ -131,7 +133,7 @@ def test_predict_prints_json_naming_the_model_it_scored_with(
         loaded.append(model)
         return _Exported()
 
-    monkeypatch.setattr(batch, "load", load)
+    monkeypatch.setattr(batch_predict, "load", load)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", list(sys.path))  # the CLI puts the project root on sys.path
     pd.DataFrame({"x1": [1.0, 2.0, 3.0], "x2": [10.0, 20.0, 30.0]}).to_parquet(tmp_path / "in.parquet")
@@ -154,7 +156,7 @@ def test_a_preempted_run_leaves_a_marker_with_the_update_and_the_reason(tmp_path
     the checkpoints says so for a job script behind a launcher that changes the exit code."""
     import torch
 
-    from trainflow.engine.data import TensorData
+    from trainflow.engine.loaders import TensorData
     from trainflow.engine.objective import Objective
     from trainflow.engine.precision import Precision
     from trainflow.engine.preempt import PREEMPTED_MARK

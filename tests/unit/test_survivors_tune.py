@@ -24,9 +24,11 @@ from test_tune_in_process import CURRENT, ended, get_run, hand_made, mlflow_runs
 
 import trainflow.stages.train
 from trainflow import tracking, tune
+from trainflow.core.paths import Paths
 from trainflow.params import PipelineParams, load_params
-from trainflow.paths import Paths
 from trainflow.tune import ray_backend, results, runs
+from trainflow.tune import runs as tune_runs
+from trainflow.tune import study as tune_study
 from trainflow.tune.study import PARENT_RUN, open_study
 
 prepared, project = in_process.prepared, in_process.project  # the iris project, split once per module
@@ -35,7 +37,7 @@ prepared, project = in_process.prepared, in_process.project  # the iris project,
 def ended_study(root: Path, budget: int) -> None:
     """The study of the project's params with every one of its `budget` trials complete."""
     p, paths = sweep_params(root), Paths(root)
-    s = open_study(p, root, budget, *tune.hashes(p, paths), on_create=tune.parent_run(p, root))
+    s = open_study(p, root, budget, *tune_study.hashes(p, paths), on_create=tune_runs.parent_run(p, root))
     for n in range(budget):
         s.study.tell(s.study.ask(), 0.5 - 0.1 * n)  # the WAITING slots, in order
     assert s.terminal() == budget
@@ -100,7 +102,7 @@ def test_a_worker_that_sets_the_study_up_makes_its_mlflow_run(project: Path) -> 
     """A worker started on its own (the Prefect tune_worker deployment, a worker on another machine) that finds no
     study sets it up, and with it the study's MLflow run, which its trials' runs are children of."""
     p, paths = sweep_params(project), Paths(project)
-    data, code = tune.hashes(p, paths)
+    data, code = tune_study.hashes(p, paths)
     assert tune.work(p, project, 2, data, code, max_trials=0) == 0
     s = open_study(p, project, 2, data, code)
     (parent,) = mlflow_runs(project)

@@ -15,9 +15,9 @@ from conftest import make_project
 from mlflow.tracking import MlflowClient
 
 from trainflow import tracking
-from trainflow.io import read_json
+from trainflow.core.io import read_json
+from trainflow.core.paths import Paths
 from trainflow.params import load_params
-from trainflow.paths import Paths
 from trainflow.stages import run_stage
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from trainflow.artifacts.export import auto_model, model_config
+from trainflow.core.errors import UserError
 from trainflow.data.preprocess import Preprocessor
-from trainflow.errors import UserError
-from trainflow.export import auto_model, model_config
 from trainflow.models import build_model
 from trainflow.models.text import TextBag
 from trainflow.params import PipelineParams, with_values

@@ -17,7 +17,7 @@ import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
 
-from trainflow.io import read_json
+from trainflow.core.io import read_json
 from trainflow.tracking import MLflowLogger
 
 

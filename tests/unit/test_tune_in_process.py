@@ -33,13 +33,16 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
 import trainflow.stages.train
-from trainflow import lineage, tracking, tune
-from trainflow.errors import DiskFullError, ParamsError, ServiceError, UserError
+from trainflow import tracking, tune
+from trainflow.core.errors import DiskFullError, ParamsError, ServiceError, UserError
+from trainflow.core.paths import Paths
 from trainflow.params import Dimension, PipelineParams, load_params, write_overrides
-from trainflow.paths import Paths
+from trainflow.registry import lineage
 from trainflow.stages import run_stage
 from trainflow.tune import ray_backend, results, runs, space, worker
+from trainflow.tune import runs as tune_runs
 from trainflow.tune import study as study_
+from trainflow.tune import study as tune_study
 from trainflow.tune import trial as trial_
 from trainflow.tune.study import (
     CLAIMED,
@@ -879,7 +882,7 @@ def test_the_reporter_tells_optuna_each_evaluation_once_and_stops_a_trial_the_pr
 
 def open_claimed(root: Path, *overrides: str, budget: int = 1) -> tuple[Study, Any]:
     p = sweep_params(root, *overrides)
-    s = open_study(p, root, budget, "data-hash", "code-hash", on_create=tune.parent_run(p, root))
+    s = open_study(p, root, budget, "data-hash", "code-hash", on_create=tune_runs.parent_run(p, root))
     c = claim(s)
     assert c is not None
     return s, c
@@ -1097,7 +1100,7 @@ def test_a_run_is_found_by_its_key_and_only_mlflows_no_means_absent(
 
 def test_the_studys_mlflow_run_is_made_once_and_ends_with_the_best_trial(project: Path) -> None:
     p = sweep_params(project)
-    create = tune.parent_run(p, project)
+    create = tune_runs.parent_run(p, project)
     s = optuna.create_study()
     create(s)
     key, run_id = s.user_attrs[PARENT_KEY], s.user_attrs[PARENT_RUN]
@@ -1116,12 +1119,14 @@ def test_the_studys_mlflow_run_is_made_once_and_ends_with_the_best_trial(project
 
     s.add_trial(ended("COMPLETE", 0.25, 0.003, [128]))
     wrapped = Study(s, p, project, 1, "val_loss", True)
-    tune.finish_parent(wrapped, results.best(wrapped))
+    tune_runs.finish_parent(wrapped, results.best(wrapped))
     run = get_run(project, run_id)
     assert run.info.status == "FINISHED" and run.data.metrics["best_val_loss"] == 0.25
     assert run.data.tags["trainflow.tune.best_trial"] == "0"
     assert json.loads(run.data.tags["trainflow.tune.best_params"]) == {"train.lr": 0.003, "model.hidden_sizes": [128]}
-    tune.finish_parent(Study(optuna.create_study(), p, project, 1, "val_loss", True), None)  # no run: nothing to end
+    tune_runs.finish_parent(
+        Study(optuna.create_study(), p, project, 1, "val_loss", True), None
+    )  # no run: nothing to end
 
 
 def test_a_sweep_may_not_override_what_makes_the_splits() -> None:
@@ -1159,7 +1164,7 @@ def test_a_sweep_runs_one_process_per_trial_on_a_measured_metric_and_existing_sp
 def test_the_worker_reads_its_spec_from_stdin_and_runs_the_study_without_progress_bars(
     project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from trainflow.fingerprint import data_hash
+    from trainflow.engine.fingerprint import data_hash
 
     p = sweep_params(project, "train.progress=true")
     spec = {"root": str(project), "params": p.model_dump(mode="json"), "budget": "3", "max_trials": 1}
@@ -1234,7 +1239,7 @@ def test_a_sweep_leaves_a_trial_a_live_worker_holds_and_a_rerun_resumes_the_one_
 ) -> None:
     fake_training(monkeypatch, [{"update": 7, "val_loss": 0.5}], 7)
     p, paths = sweep_params(project), Paths(project)
-    elsewhere = open_study(p, project, 2, *tune.hashes(p, paths), on_create=tune.parent_run(p, project))
+    elsewhere = open_study(p, project, 2, *tune_study.hashes(p, paths), on_create=tune_runs.parent_run(p, project))
     held = claim(elsewhere)  # another command's worker runs trial 0
     assert held is not None and held.trial.number == 0
     summary = tune.run(p, paths)
@@ -1445,7 +1450,7 @@ def test_a_ray_sweep_gives_its_trials_the_data_hash_and_writes_the_results_ray_r
     ray = pytest.importorskip("ray", reason="tune.backend ray is an optional extra: pip install -e '.[ray]'")
     from ray import tune as ray_tune
 
-    from trainflow.fingerprint import data_hash
+    from trainflow.engine.fingerprint import data_hash
 
     def setup(params: PipelineParams, paths: Paths, device: Any, group: Any, checkpoints: Path, logger: Any) -> Any:
         history = [{"update": 7, "val_loss": 0.6 + params.model.dropout}, {"update": 14, "val_loss": 0.5}]

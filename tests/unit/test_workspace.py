@@ -1,4 +1,5 @@
-"""The workspace lock (trainflow.workspace): a second run waits and says for whom; a stage under `dvc repro` does not
+"""The workspace lock (trainflow.core.workspace): a second run waits and says for whom; a stage under `dvc repro` does
+not
 wait but says what holds the workspace; a killed holder never leaves it locked; the holder's own calls go through."""
 
 from __future__ import annotations
@@ -13,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from trainflow import workspace
-from trainflow.errors import UserError
+from trainflow.core import workspace
+from trainflow.core.errors import UserError
 
 HOLDER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from trainflow import workspace
+    from trainflow.core import workspace
     with workspace.hold(Path(sys.argv[1]), "trainflow run"):
         print("held", flush=True)
         time.sleep(float(sys.argv[2]))

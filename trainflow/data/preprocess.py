@@ -38,9 +38,9 @@ import pandas as pd
 from pandas.api import types as ptypes
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
 
+from trainflow.core.errors import DataError
+from trainflow.core.io import atomic_path, read_json, write_json
 from trainflow.data.schema import NA_VALUES, PATH_SUFFIX, Kind, Schema
-from trainflow.errors import DataError
-from trainflow.io import atomic_path, read_json, write_json
 from trainflow.params import FeatureParams
 
 PREPROCESS, TOKENIZER = "preprocess.json", "tokenizer.json"
@@ -242,7 +242,7 @@ class Preprocessor:
         return out
 
     def typed_columns(self, frame: pd.DataFrame, where: str = "input") -> dict[str, np.ndarray]:
-        """Tables: each raw feature of `frame` as one typed array, what model.onnx takes (`trainflow.onnx_export`):
+        """Tables: each raw feature of `frame` as one typed array, what model.onnx takes (`trainflow.artifacts.onnx`):
         numeric and boolean float64 (NaN missing), categorical strings (missing: a string not among the categories),
         datetime int64 UTC nanoseconds (missing: NaT's -2**63). The same conversions, and errors, as `features`."""
         _require(frame, self.raw_features, where)

@@ -1,4 +1,5 @@
-"""The schema ingest infers once and writes beside the processed table; later stages read it instead of params."""
+"""The schema ingest infers once and writes beside the processed table (later stages read it instead of params), and
+how trainflow writes its tables (`parquet_options`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from trainflow.io import read_json
+from trainflow.core.io import read_json
 
 Kind = Literal["numeric", "categorical", "boolean", "datetime", "text", "image"]
 # Spellings of a missing value in text: pandas' defaults plus "?" (UCI-style exports). Ingest reads them as missing,
@@ -56,3 +57,19 @@ class Schema:
     @classmethod
     def read(cls, path: Path) -> Schema:
         return cls(**read_json(path))
+
+
+def parquet_options(table: Any) -> dict[str, Any]:
+    """How trainflow writes its tables: the keywords of pyarrow's ParquetWriter (and of DataFrame.to_parquet) for
+    `table`, the pyarrow Schema written or the DataFrame. Dictionary encoding for every column but floats and the row
+    key: a float column rarely repeats its values, and a row key (a 64-bit hash) never does, so the writer builds a
+    dictionary per row group only to give it up. Writing bench/out_of_core.py's 4M-row table in row groups of 128K
+    rows took 5.3 s with every column tried, 2.8 s with the floats left plain, and the file was no larger; leaving
+    the row key plain too made the 6M-row table 12 MiB (2%) smaller and its write 3% faster."""
+    import pyarrow as pa
+
+    if isinstance(table, pa.Schema):
+        plain = {f.name: pa.types.is_floating(f.type) for f in table}
+    else:
+        plain = {str(c): t.kind == "f" for c, t in table.dtypes.items()}
+    return {"use_dictionary": [name for name, p in plain.items() if not p and name != ROW_KEY]}

@@ -41,11 +41,11 @@ import pyarrow.feather as feather
 import pyarrow.json as pj
 import pyarrow.parquet as pq
 
+from trainflow.core.errors import DataError
+from trainflow.core.io import failpoint
+from trainflow.core.progress import progress
 from trainflow.data.schema import NA_VALUES, PATH_SUFFIX
 from trainflow.data.spill import SpilledFrame, ahead, read_column
-from trainflow.engine.progress import progress
-from trainflow.errors import DataError
-from trainflow.io import failpoint
 from trainflow.params import BUILTIN_DATASETS, GLOB_CHARS, DataParams
 
 FORMAT_BY_SUFFIX = {

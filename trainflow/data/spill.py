@@ -34,9 +34,8 @@ import pyarrow.parquet as pq
 from pandas.api.types import infer_dtype, is_object_dtype
 from pandas.core.util.hashing import combine_hash_arrays
 
-from trainflow.data.schema import ROW_KEY
-from trainflow.errors import DataError
-from trainflow.io import parquet_options
+from trainflow.core.errors import DataError
+from trainflow.data.schema import ROW_KEY, parquet_options
 
 BATCH_ROWS = 1 << 17  # rows per record batch of a spilled column, and per row group of the written table
 

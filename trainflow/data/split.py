@@ -39,10 +39,10 @@ import numpy as np
 import pandas as pd
 from pandas.util import hash_pandas_object
 
+from trainflow.core.errors import DataError
+from trainflow.core.paths import SPLITS
 from trainflow.data.schema import ROW_KEY, Schema
-from trainflow.errors import DataError
 from trainflow.params import SplitParams
-from trainflow.paths import SPLITS
 
 TRAIN, VAL, TEST = 0, 1, 2  # indices into SPLITS
 ASSIGNMENT = "assignment.parquet"

@@ -29,10 +29,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from trainflow.core.errors import DataError
 from trainflow.data import split as sp
 from trainflow.data import stream
 from trainflow.data.schema import ROW_KEY, Schema
-from trainflow.errors import DataError
 from trainflow.params import SplitParams
 
 BLOCK_ROWS = 1 << 18  # rows read at a time (a table without row keys hashes every column of them as text)

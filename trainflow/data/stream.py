@@ -32,9 +32,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from trainflow.core.errors import DataError
+from trainflow.core.paths import SPLITS, restore
 from trainflow.data.schema import PATH_SUFFIX, ROW_KEY
-from trainflow.errors import DataError
-from trainflow.paths import SPLITS, restore
 
 if TYPE_CHECKING:
     from trainflow.data.preprocess import Preprocessor
@@ -295,7 +295,7 @@ class Split:
     def read(self) -> pd.DataFrame:
         """The whole split as a DataFrame."""
         if self.part is None:
-            from trainflow.io import read_parquet
+            from trainflow.core.io import read_parquet
 
             return read_parquet(self.path, _repair(self.path))
         return self.read_columns(self.columns)

@@ -35,9 +35,9 @@ from pandas.api.types import (
     is_object_dtype,
 )
 
+from trainflow.core.errors import DataError
 from trainflow.data.schema import ROW_KEY, Kind, Schema, predict_writes
 from trainflow.data.spill import ColumnSpill, SpilledFrame, ahead, row_hashes
-from trainflow.errors import DataError
 from trainflow.params import DataParams
 
 Task = Literal["classification", "regression"]

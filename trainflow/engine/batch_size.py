@@ -31,11 +31,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainflow.engine.data import Batch, Dataset
+from trainflow.core.errors import ParamsError, UserError
 from trainflow.engine.distributed import Group
+from trainflow.engine.loaders import Batch, Dataset
 from trainflow.engine.objective import Objective
 from trainflow.engine.precision import Precision
-from trainflow.errors import ParamsError, UserError
 from trainflow.params import TrainParams, global_batch_problem
 
 MIB = 2**20

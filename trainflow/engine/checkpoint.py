@@ -25,8 +25,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from trainflow.errors import DiskFullError, UserError
-from trainflow.io import atomic_dir, failpoint, read_json, write_json
+from trainflow.core.errors import DiskFullError, UserError
+from trainflow.core.io import atomic_dir, failpoint, read_json, write_json
 
 META = "meta.json"
 BEST = "best.json"

@@ -41,7 +41,7 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from trainflow.errors import ParamsError, Preempted, ServiceError, UserError
+from trainflow.core.errors import ParamsError, Preempted, ServiceError, UserError
 
 if TYPE_CHECKING:
     from trainflow.engine.preempt import Watch

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from trainflow.engine.data import Batch
+from trainflow.engine.loaders import Batch
 from trainflow.models import MLP
 
 PEAK_FLOPS_ENV = "TRAINFLOW_PEAK_FLOPS"

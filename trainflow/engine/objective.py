@@ -14,7 +14,7 @@ from typing import Literal
 import torch
 from torch.nn import functional as F
 
-from trainflow.engine.data import IGNORE_INDEX
+from trainflow.engine.loaders import IGNORE_INDEX
 from trainflow.engine.ranking import roc_pr_auc
 
 Task = Literal["classification", "regression"]

@@ -16,7 +16,7 @@ from fnmatch import fnmatchcase
 import torch
 from torch import nn
 
-from trainflow.errors import ParamsError
+from trainflow.core.errors import ParamsError
 from trainflow.params import TrainParams
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from trainflow.errors import ParamsError
+from trainflow.core.errors import ParamsError
 from trainflow.params import TrainParams
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}

@@ -39,7 +39,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any
 
-from trainflow.errors import PREEMPTED, Preempted
+from trainflow.core.errors import PREEMPTED, Preempted
 
 if TYPE_CHECKING:  # torch loads lazily: the CLI enters a Watch before anything heavy is imported
     from trainflow.engine.distributed import Group
@@ -250,7 +250,7 @@ class Watch:
         if why is None:
             return
         if mark is not None and (self.group is None or self.group.is_main):
-            from trainflow.io import write_json
+            from trainflow.core.io import write_json
 
             write_json(mark, {"update": None, "why": why, "at": time.time()})
         if self.group is not None:

@@ -21,11 +21,15 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn, Protocol
+from typing import Any, NoReturn
 
 import torch
 from torch import nn
 
+from trainflow.core.errors import PREEMPTED, ParamsError, Preempted, UserError
+from trainflow.core.io import failpoint, write_json
+from trainflow.core.logger import Logger, NullLogger
+from trainflow.core.progress import Progress, progress
 from trainflow.engine import flops
 from trainflow.engine.checkpoint import (
     Checkpoint,
@@ -38,33 +42,16 @@ from trainflow.engine.checkpoint import (
     restore_rng,
     unflatten_optimizer,
 )
-from trainflow.engine.data import Batch, Dataset, epoch_order
 from trainflow.engine.distributed import Group, RunningStats
 from trainflow.engine.ema import EMA
+from trainflow.engine.loaders import Batch, Dataset, epoch_order
 from trainflow.engine.objective import Objective
 from trainflow.engine.optim import build_optimizer, plan_groups
 from trainflow.engine.precision import Precision, configure_backends
 from trainflow.engine.preempt import PREEMPTED_MARK, Watch
 from trainflow.engine.profile import profiler
-from trainflow.engine.progress import Progress, progress
 from trainflow.engine.schedule import Plateau, lr_table
-from trainflow.errors import PREEMPTED, ParamsError, Preempted, UserError
-from trainflow.io import failpoint, write_json
 from trainflow.params import TrainParams
-
-
-class Logger(Protocol):
-    def log(self, metrics: dict[str, float], step: int) -> None: ...
-    def close(self) -> None: ...
-
-
-class NullLogger:
-    def log(self, metrics: dict[str, float], step: int) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
 
 # fp16: the GradScaler starts at a scale of 2**16 and halves it on each overflow, so up to 16 skips in a row are its
 # own search for a scale that fits (large models need several at the start), not a diverged model.

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainflow.errors import UserError
+from trainflow.core.errors import UserError
 
 
 class MLP(nn.Module):

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainflow.errors import UserError
+from trainflow.core.errors import UserError
 
 PREFIX = "hf:"
 NAME = "hf"  # the model's name in its exported config (model.json)

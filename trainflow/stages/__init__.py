@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from trainflow.core.paths import Paths
     from trainflow.params import PipelineParams
-    from trainflow.paths import Paths
 
 STAGES = ("ingest", "split", "train", "evaluate", "register")
 

@@ -9,15 +9,15 @@ from typing import Any
 
 import pandas as pd
 
-from trainflow import why
-from trainflow.data.schema import Schema
+from trainflow.core.errors import ParamsError
+from trainflow.core.io import atomic_dir, write_json
+from trainflow.core.paths import Paths
+from trainflow.data.schema import Schema, parquet_options
 from trainflow.data.sources import RawTable, read_source
 from trainflow.data.spill import arrow_memory
 from trainflow.data.validate import infer_schema, schema_params
-from trainflow.errors import ParamsError
-from trainflow.io import atomic_dir, parquet_options, write_json
 from trainflow.params import DataParams, PipelineParams, source_outside
-from trainflow.paths import Paths
+from trainflow.registry import changes
 
 
 def previous_schema(paths: Paths, d: DataParams) -> Schema | None:
@@ -44,13 +44,15 @@ SPILL = ".spill"  # in the new data/processed while ingest writes it
 
 
 def sources(table: RawTable) -> dict[str, Any]:
-    """What ingest read, per file: rows and content hash (data/processed/sources.json; trainflow.why compares it
-    with the champion's). A builtin set is one entry, hashed from its rows."""
+    """What ingest read, per file: rows and content hash (data/processed/sources.json; trainflow.registry.changes
+    compares it with the champion's). A builtin set is one entry, hashed from its rows."""
     if not table.files:
         digest = hashlib.sha256(pd.util.hash_pandas_object(table.frame, index=False).to_numpy().tobytes())
         return {table.source: {"rows": len(table.frame), "sha256": digest.hexdigest()}}
     shown = [table.shown(i) for i in range(len(table.files))]
-    return why.data_files(shown, table.rows, table.files, group_by_folder=table.fmt == "images", known=table.digests)
+    return changes.data_files(
+        shown, table.rows, table.files, group_by_folder=table.fmt == "images", known=table.digests
+    )
 
 
 def run(params: PipelineParams, paths: Paths, accept_schema: bool = False) -> dict[str, Any]:
@@ -74,7 +76,7 @@ def run(params: PipelineParams, paths: Paths, accept_schema: bool = False) -> di
             frame.to_parquet(tmp / paths.table.name)
         shutil.rmtree(spill, ignore_errors=True)
         write_json(tmp / paths.schema.name, schema.to_json())
-        write_json(tmp / why.SOURCES, sources(table))
+        write_json(tmp / changes.SOURCES, sources(table))
     print(f"ingest: task {schema.task}: {schema.task_reason}", file=sys.stderr)
     out: dict[str, Any] = {"rows": schema.n_rows, "features": len(schema.features), "task": schema.task}
     if schema.task == "classification":

@@ -10,23 +10,26 @@ from typing import Any
 
 import numpy as np
 
-from trainflow import card, lineage, registry, tracking, why
+from trainflow import tracking
+from trainflow.artifacts.predict import ExportedModel
+from trainflow.core import outage
+from trainflow.core.errors import ServiceError, UserError
+from trainflow.core.io import read_json, sha256_files, write_json
+from trainflow.core.paths import SPLITS, Paths
 from trainflow.data import stream
 from trainflow.data.schema import Schema
 from trainflow.data.split import ASSIGNMENT, Assignment, Held, TestRows, time_order
-from trainflow.errors import ServiceError, UserError
-from trainflow.gate import Scored, Slicing
-from trainflow.io import read_json, sha256_files, write_json
+from trainflow.data.stream import Split
 from trainflow.params import PipelineParams
-from trainflow.paths import SPLITS, Paths
-from trainflow.predict import ExportedModel
+from trainflow.registry import card, changes, lineage, registry
+from trainflow.registry.gate import Scored, Slicing
 
 
 def rescorer(params: PipelineParams, paths: Paths) -> registry.Rescore:
     """models:/name/version -> that version's metrics on this project's test split, measured as evaluate does."""
 
     def rescore(model_uri: str) -> tuple[dict[str, float], Scored]:
-        from trainflow import predict
+        from trainflow.artifacts import predict
 
         return scored(predict.load(model_uri), params, paths)  # the registered pyfunc, loaded from code: no pickle
 
@@ -47,7 +50,7 @@ def slicing(params: PipelineParams, paths: Paths, schema: Schema) -> Slicing:
     rows = TestRows.read(paths.splits)
     column = params.split.time_column
     if column is not None and rows.settings is None:  # a time split: no assignment, each test row by its time
-        rows = TestRows.by_time(column, paths.split("test").column(column))
+        rows = TestRows.by_time(column, Split.stored(paths.splits, "test").column(column))
     tags = {registry.LINEAGE_TAG: rows.lineage} if rows.lineage else {}
     if rows.generation is not None:
         tags[registry.GENERATION_TAG] = str(rows.generation)
@@ -129,14 +132,14 @@ def logged_model(params: PipelineParams, paths: Paths, train_run: dict[str, Any]
             "trainflow.logged_by": "register (tracking was down during train)",
         }
         run_id = MlflowClient().create_run(experiment_id, tags=tags).info.run_id
-    model_uri = tracking.log_pyfunc(str(run_id), paths.final, stream.head(paths.split("val"), 5), flavor)
+    model_uri = tracking.log_pyfunc(str(run_id), paths.final, stream.head(Split.stored(paths.splits, "val"), 5), flavor)
     why = "tracking was down during train" if flavor == "package" else "register.flavor code: models-from-code"
     print(f"register: logged the model to MLflow run {run_id} ({why})", file=sys.stderr)
     return str(run_id), model_uri
 
 
 def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
-    for needed in (paths.metrics, paths.train_run, paths.split("test")):
+    for needed in (paths.metrics, paths.train_run, Split.stored(paths.splits, "test")):
         if not needed.exists():
             raise UserError(f"register: {needed} is missing; run the split, train and evaluate stages first")
     metrics = read_json(paths.metrics)
@@ -171,10 +174,10 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
     # row by row, and the model card's intervals are bootstraps of them.
     outputs = scored(ExportedModel.load(paths.final), params, paths)[1]
     sliced = slicing(params, paths, schema)
-    sources = paths.processed / why.SOURCES  # what ingest read: rows and hash per file
+    sources = paths.processed / changes.SOURCES  # what ingest read: rows and hash per file
     files = read_json(sources) if sources.is_file() else None
     if files is not None:
-        tags[why.DATA_TAG] = why.data_tag(files)
+        tags[changes.DATA_TAG] = changes.data_tag(files)
     uri = tracking.configure(paths.root)
     try:
         run_id, model_uri = logged_model(params, paths, train_run)
@@ -185,7 +188,7 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
             params.register,
             metrics,
             {**tags, "mlflow_run_id": run_id},
-            test_hash=sha256_files(paths.split("test").files()),
+            test_hash=sha256_files(Split.stored(paths.splits, "test").files()),
             rescore=rescorer(params, paths),
             challenger=outputs,  # the point rule too, should rows the champion trained on be left out
             seed=params.seed,
@@ -194,7 +197,7 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
     except (UserError, ServiceError):  # a ServiceError from the registry names what failed already
         raise
     except Exception as exc:
-        if not tracking.unavailable(exc):
+        if not outage.unavailable(exc):
             raise
         raise ServiceError(
             f"register: the MLflow tracking store at {uri} did not answer ({type(exc).__name__}: {exc}). Nothing was "
@@ -214,7 +217,7 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
         for path in cards:
             MlflowClient().log_artifact(version_run, str(path), "card")
     except Exception as exc:
-        if not tracking.unavailable(exc):
+        if not outage.unavailable(exc):
             raise
         raise ServiceError(
             f"register: the MLflow tracking store at {uri} did not answer while the model card was logged "
@@ -227,8 +230,8 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
 def why_this_run(
     params: PipelineParams, paths: Paths, files: dict[str, Any] | None, commit: str, dirty: bool, run_id: str
 ) -> dict[str, Any]:
-    """What changed since the champion this run's model would replace (trainflow.why), also tagged on the training
-    run (`trainflow.why`) so the MLflow UI says it beside the run."""
+    """What changed since the champion this run's model would replace (trainflow.registry.changes), also tagged on the
+    training run (`trainflow.why`) so the MLflow UI says it beside the run."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient()
@@ -239,6 +242,6 @@ def why_this_run(
         run = registry.lookup(lambda: client.get_run(champion.run_id), f"reading the run of champion {name!r}")
         then = dict(run.data.params) if run is not None else None
     now = {k: str(v) for k, v in tracking.flatten(params.model_dump()).items()}
-    reason = why.explain(paths.root, champion, then, files, now, commit, dirty)
+    reason = changes.explain(paths.root, champion, then, files, now, commit, dirty)
     registry.lookup(lambda: client.set_tag(run_id, "trainflow.why", reason["summary"][:5000]), "tagging the run")
     return reason

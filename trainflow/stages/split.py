@@ -29,13 +29,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from trainflow.core.errors import UserError
+from trainflow.core.io import atomic_dir, write_json
+from trainflow.core.paths import SPLITS, Paths
 from trainflow.data import split_stream, stream
-from trainflow.data.schema import Schema
+from trainflow.data.schema import Schema, parquet_options
 from trainflow.data.split import ASSIGNMENT, TEST_ROWS, Assignment, split_frame
-from trainflow.errors import UserError
-from trainflow.io import atomic_dir, parquet_options, write_json
 from trainflow.params import PipelineParams
-from trainflow.paths import SPLITS, Paths
 
 
 def _link(source: Path, dest: Path) -> None:

@@ -1,5 +1,6 @@
 """train, as a composition: the data (trainflow.data), the model (trainflow.models), the engine (trainflow.engine),
-the resume fingerprint (trainflow.fingerprint), the export (trainflow.export), plots and MLflow (trainflow.tracking).
+the resume fingerprint (trainflow.engine.fingerprint), the export (trainflow.artifacts.export), plots and MLflow
+(trainflow.tracking).
 
 With train.world_size > 1 this process starts the ranks (torch's elastic launcher) and each runs `train()`; under an
 outside torchrun it is one of them. Every rank reads the data and fits the same preprocessing; rank 0 alone talks to
@@ -28,24 +29,26 @@ import pyarrow as pa
 import torch
 
 from trainflow import plots, tracking
+from trainflow.artifacts.export import auto_model, export, model_config
+from trainflow.artifacts.predict import model_inputs
+from trainflow.core.errors import ParamsError, Preempted, UserError
+from trainflow.core.io import failpoint, write_json
+from trainflow.core.logger import Logger, NullLogger
+from trainflow.core.paths import SPLITS, Paths
 from trainflow.data import stream
 from trainflow.data.preprocess import Preprocessor
 from trainflow.data.schema import PATH_SUFFIX, Schema
+from trainflow.data.stream import Split
 from trainflow.engine import batch_size, distributed
 from trainflow.engine.augment import Augment
-from trainflow.engine.data import Dataset, ImageData, MemmapData, RecordFile, TensorData, TextData
+from trainflow.engine.fingerprint import data_hash, fingerprint
+from trainflow.engine.loaders import Dataset, ImageData, MemmapData, RecordFile, TensorData, TextData
 from trainflow.engine.objective import Objective
 from trainflow.engine.precision import Precision, configure_backends, resolve_device, resolve_precision
 from trainflow.engine.preempt import PREEMPTED_MARK, Watch, watching
-from trainflow.engine.trainer import Logger, NullLogger, Trainer
-from trainflow.errors import ParamsError, Preempted, UserError
-from trainflow.export import auto_model, export, model_config
-from trainflow.fingerprint import data_hash, fingerprint
-from trainflow.io import failpoint, write_json
+from trainflow.engine.trainer import Trainer
 from trainflow.models import build_model, hf, user_source
 from trainflow.params import PipelineParams, with_values
-from trainflow.paths import SPLITS, Paths
-from trainflow.predict import model_inputs
 
 
 def class_weights(labels: np.ndarray, n_classes: int) -> list[float]:
@@ -81,8 +84,8 @@ def seed_everything(seed: int) -> None:
 
 def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
     for s in SPLITS:
-        if not paths.split(s).exists():
-            raise UserError(f"train: {paths.split(s)} is missing; run `trainflow stage split` first")
+        if not Split.stored(paths.splits, s).exists():
+            raise UserError(f"train: {Split.stored(paths.splits, s)} is missing; run `trainflow stage split` first")
     with watching(params.train.preempt_signals) as watch:
         world = distributed.resolve_world_size(params.train.world_size, resolve_device(params.train.device))
         if world > 1 and not distributed.launched():
@@ -178,7 +181,7 @@ def _setup(
     # CUBLAS_WORKSPACE_CONFIG once, when it starts (the Trainer sets the same again, for engine-only use).
     configure_backends(params.train, device)
     schema = Schema.read(paths.split_schema)
-    files = {s: paths.split(s) for s in ("train", "val")}
+    files = {s: Split.stored(paths.splits, s) for s in ("train", "val")}
     held = stream.choose(list(files.values()), params.data, text=schema.text_column is not None)
     shuffle = sample_order(params.train.shuffle, schema, held.streamed)
     if group.is_main:

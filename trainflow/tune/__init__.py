@@ -16,9 +16,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainflow.errors import ParamsError, ServiceError, UserError
+from trainflow.core.errors import ParamsError, ServiceError, UserError
+from trainflow.core.paths import SPLITS, Paths
+from trainflow.data.stream import Split
 from trainflow.params import RANKED, PipelineParams
-from trainflow.paths import SPLITS, Paths
+from trainflow.tune.runs import finish_parent, parent_run
+from trainflow.tune.study import hashes
 
 FIXED_FOR_A_STUDY = ("data", "split")  # they make data/splits, which every trial shares (the seed does not: split.seed)
 
@@ -56,16 +59,8 @@ def check(params: PipelineParams, paths: Paths) -> None:
             [("tune.metric", f"{metric} is measured only when it is train.monitor; set train.monitor: {metric} too")],
         )
     for s in SPLITS:
-        if not paths.split(s).exists():
-            raise UserError(f"tune: {paths.split(s)} is missing; run `trainflow stage split` first")
-
-
-def hashes(params: PipelineParams, paths: Paths) -> tuple[str, str]:
-    """(data hash, code hash) a study's trials must share."""
-    from trainflow.fingerprint import code_hash, data_hash, model_code_hash
-    from trainflow.io import sha256_json
-
-    return data_hash(paths), sha256_json([code_hash(), model_code_hash(params, paths.root)])
+        if not Split.stored(paths.splits, s).exists():
+            raise UserError(f"tune: {Split.stored(paths.splits, s)} is missing; run `trainflow stage split` first")
 
 
 def recorded(params: PipelineParams, paths: Paths) -> tuple[list[str], int] | None:
@@ -172,7 +167,7 @@ def work(params: PipelineParams, root: Path, budget: int, data: str, code: str, 
 def _work_locally(s: Any, workers: int) -> list[str]:
     """`workers` worker processes (`python -m trainflow.tune.worker`), each with its share of the cores; a progress
     bar of ended trials meanwhile. Returns the workers that did not exit cleanly."""
-    from trainflow.engine.progress import progress
+    from trainflow.core.progress import progress
     from trainflow.tune.study import say
 
     budget = s.budget
@@ -205,62 +200,6 @@ def _work_locally(s: Any, workers: int) -> list[str]:
             say(f"worker {i} (pid {p.pid}) stopped: {how}")
             failed.append(str(i))
     return failed
-
-
-def start_parent(params: PipelineParams, root: Path, key: str) -> str | None:
-    """Start the study's MLflow run (each trial's run is its child) under `key` (trainflow.tune.runs); its id, or None
-    when MLflow did not answer."""
-    from trainflow import tracking
-    from trainflow.tune.runs import KEY_TAG
-
-    run = tracking.TrainingRun(root, params.tracking.experiment, root / "models" / "tune" / "parent_local.json")
-    tags = {"trainflow.tune.study": params.tune.study, "trainflow.tune.role": "study", KEY_TAG: key}
-    run.start({"tune": params.tune.model_dump(mode="json")}, tags=tags, run_name=f"tune-{params.tune.study}")
-    return run.run_id
-
-
-def parent_run(params: PipelineParams, root: Path) -> Any:
-    """The study's MLflow run, made by the process that sets the study up, once: its key goes into the study before
-    the run starts, so a process that finishes the set-up of one killed meanwhile finds the run instead of making a
-    second."""
-
-    def create(study: Any) -> None:
-        from trainflow.io import failpoint
-        from trainflow.tune import runs
-        from trainflow.tune.study import PARENT_KEY, PARENT_RUN
-
-        if study.user_attrs.get(PARENT_RUN):
-            return
-        key = study.user_attrs.get(PARENT_KEY)
-        run_id = runs.find(root, params.tracking.experiment, key) if key else None
-        if run_id is None:
-            if key is None:
-                key = runs.new_key()
-                study.set_user_attr(PARENT_KEY, key)
-            run_id = start_parent(params, root, key)
-            failpoint("tune-parent")  # the run is started, the study does not know its id yet
-        if run_id:
-            study.set_user_attr(PARENT_RUN, run_id)
-
-    return create
-
-
-def finish_parent(s: Any, top: dict[str, Any] | None) -> None:
-    """The study ended: its best trial on the parent run, which is then FINISHED."""
-    from trainflow import tracking
-    from trainflow.tune.study import PARENT_RUN
-
-    parent = s.study.user_attrs.get(PARENT_RUN)
-    if not parent:
-        return
-    run = tracking.TrainingRun(s.root, s.params.tracking.experiment, s.root / "models" / "tune" / "parent_local.json")
-    run.attach(parent)
-    if top is not None:
-        run.log_metrics({f"best_{s.metric}": float(top["value"])})
-        run.set_tags(
-            {"trainflow.tune.best_trial": str(top["trial"]), "trainflow.tune.best_params": json.dumps(top["params"])}
-        )
-    run.finish()
 
 
 def _summary(s: Any, top: dict[str, Any] | None) -> dict[str, Any]:

@@ -23,13 +23,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainflow.errors import DiskFullError, UserError
+from trainflow.core.errors import DiskFullError, UserError
+from trainflow.core.paths import Paths
 from trainflow.params import PipelineParams, with_values
-from trainflow.paths import Paths
 from trainflow.tune import space
 
 if TYPE_CHECKING:
-    from trainflow.engine.trainer import Logger
+    from trainflow.core.logger import Logger
 
 ENDED = "trainflow_ended"  # in a trial's last report: it trained to its end (not stopped by ASHA)
 FAILED = "trainflow_failed"  # ... and why it failed (bad values: the study goes on; Ray's own errors are crashes)
@@ -130,8 +130,9 @@ def _child_run(
 ) -> Any:
     """The trial's MLflow run: started once under a key that run.json holds first (trainflow.tune.runs), so that a
     process killed before it records the run's id leaves a run the restored trial finds; carried on after a restore."""
-    from trainflow import lineage, tracking
-    from trainflow.io import failpoint, read_json, write_json
+    from trainflow import tracking
+    from trainflow.core.io import failpoint, read_json, write_json
+    from trainflow.registry import lineage
     from trainflow.tune import runs
 
     run = tracking.TrainingRun(root, params.tracking.experiment, record.parent / "metrics_local.json")
@@ -166,7 +167,7 @@ def run(params: PipelineParams, paths: Paths, budget: int, workers: int) -> tupl
     from ray.tune.search.optuna import OptunaSearch
 
     from trainflow import tracking
-    from trainflow.fingerprint import data_hash
+    from trainflow.engine.fingerprint import data_hash
     from trainflow.tune.study import PARENT_RUN, objective, say
 
     t = params.tune
@@ -241,9 +242,10 @@ def _sampler(t: Any, seed: int) -> Any:
 def _parent(params: PipelineParams, paths: Paths, experiment: Path) -> str | None:
     """The study's MLflow run: made once, its id kept beside the Ray experiment (with what its trials share: params,
     data, code) so that a restore reuses it, and refuses to mix trials of other params into the study."""
-    from trainflow.io import failpoint, read_json, write_json
-    from trainflow.tune import hashes, runs, start_parent
-    from trainflow.tune.study import identity
+    from trainflow.core.io import failpoint, read_json, write_json
+    from trainflow.tune import runs
+    from trainflow.tune.runs import start_parent
+    from trainflow.tune.study import hashes, identity
 
     shared = identity(params, *hashes(params, paths))
     record = experiment.parent / f"{params.tune.study}.parent.json"
@@ -280,7 +282,7 @@ def _study(
     import optuna
     from optuna.trial import TrialState
 
-    from trainflow.io import read_json
+    from trainflow.core.io import read_json
     from trainflow.tune.study import Study
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)

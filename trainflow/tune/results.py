@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from trainflow.io import atomic_path
+from trainflow.core.io import atomic_path
 from trainflow.plots import _figure, write_csv
 from trainflow.tune import space
 from trainflow.tune.study import Study

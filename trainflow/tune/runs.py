@@ -11,11 +11,16 @@ then raised as a ServiceError, never taken to mean that the run does not exist.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from trainflow.errors import ServiceError
+from trainflow.core.errors import ServiceError
+
+if TYPE_CHECKING:
+    from trainflow.params import PipelineParams
 
 KEY_TAG = "trainflow.tune.run_key"  # MLflow tag: the key the run was started under
 RETRY_DELAYS_S = (1.0, 3.0)  # between the attempts of a lookup (three in all)
@@ -58,3 +63,57 @@ def find(root: Path, experiment: str, key: str) -> str | None:
         f"{failure}); without its answer a second run could be started beside it. Everything else is intact: rerun "
         "`trainflow tune` once MLflow answers."
     )
+
+
+def start_parent(params: PipelineParams, root: Path, key: str) -> str | None:
+    """Start the study's MLflow run (each trial's run is its child) under `key` (trainflow.tune.runs); its id, or None
+    when MLflow did not answer."""
+    from trainflow import tracking
+
+    run = tracking.TrainingRun(root, params.tracking.experiment, root / "models" / "tune" / "parent_local.json")
+    tags = {"trainflow.tune.study": params.tune.study, "trainflow.tune.role": "study", KEY_TAG: key}
+    run.start({"tune": params.tune.model_dump(mode="json")}, tags=tags, run_name=f"tune-{params.tune.study}")
+    return run.run_id
+
+
+def parent_run(params: PipelineParams, root: Path) -> Any:
+    """The study's MLflow run, made by the process that sets the study up, once: its key goes into the study before
+    the run starts, so a process that finishes the set-up of one killed meanwhile finds the run instead of making a
+    second."""
+
+    def create(study: Any) -> None:
+        from trainflow.core.io import failpoint
+        from trainflow.tune.study import PARENT_KEY, PARENT_RUN
+
+        if study.user_attrs.get(PARENT_RUN):
+            return
+        key = study.user_attrs.get(PARENT_KEY)
+        run_id = find(root, params.tracking.experiment, key) if key else None
+        if run_id is None:
+            if key is None:
+                key = new_key()
+                study.set_user_attr(PARENT_KEY, key)
+            run_id = start_parent(params, root, key)
+            failpoint("tune-parent")  # the run is started, the study does not know its id yet
+        if run_id:
+            study.set_user_attr(PARENT_RUN, run_id)
+
+    return create
+
+
+def finish_parent(s: Any, top: dict[str, Any] | None) -> None:
+    """The study ended: its best trial on the parent run, which is then FINISHED."""
+    from trainflow import tracking
+    from trainflow.tune.study import PARENT_RUN
+
+    parent = s.study.user_attrs.get(PARENT_RUN)
+    if not parent:
+        return
+    run = tracking.TrainingRun(s.root, s.params.tracking.experiment, s.root / "models" / "tune" / "parent_local.json")
+    run.attach(parent)
+    if top is not None:
+        run.log_metrics({f"best_{s.metric}": float(top["value"])})
+        run.set_tags(
+            {"trainflow.tune.best_trial": str(top["trial"]), "trainflow.tune.best_params": json.dumps(top["params"])}
+        )
+    run.finish()

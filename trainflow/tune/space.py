@@ -10,7 +10,7 @@ import json
 import math
 from typing import TYPE_CHECKING, Any
 
-from trainflow.errors import ParamsError
+from trainflow.core.errors import ParamsError
 from trainflow.params import Dimension, PipelineParams
 
 if TYPE_CHECKING:

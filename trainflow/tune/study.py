@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainflow import processes
-from trainflow.errors import ParamsError, UserError
-from trainflow.io import failpoint, write_json
+from trainflow.core import processes
+from trainflow.core.errors import ParamsError, UserError
+from trainflow.core.io import failpoint, write_json
 from trainflow.params import MINIMIZED, PipelineParams, TuneParams
 from trainflow.tune import space as space_
 
@@ -42,9 +42,13 @@ if TYPE_CHECKING:
     import optuna
     from filelock import BaseFileLock
 
+    from trainflow.core.paths import Paths
+
 DEFAULT_JOURNAL = "models/tune/journal.log"
 SLOTS_READY = "trainflow.slots_ready"  # study user attr: the creator has made the first `trials` slots
-CREATOR = "trainflow.creator"  # study user attr: the process setting the study up (trainflow.processes.process_tag)
+CREATOR = (
+    "trainflow.creator"  # study user attr: the process setting the study up (trainflow.core.processes.process_tag)
+)
 IDENTITY = "trainflow.identity"  # study user attr: what every trial of the study shares (params, data, code)
 PARENT_RUN = "trainflow.mlflow_parent_run_id"
 PARENT_KEY = "trainflow.mlflow_parent_run_key"  # recorded before the parent run starts (trainflow.tune.runs)
@@ -173,7 +177,7 @@ class Study:
 def identity(params: PipelineParams, data_hash: str, code_hash: str) -> dict[str, str]:
     """What the trials of one study must share, each part hashed: the params a trial does not sample (the budget,
     workers and storage aside), the data, the training code."""
-    from trainflow.io import sha256_json
+    from trainflow.core.io import sha256_json
 
     shared = params.model_dump(mode="json", exclude={"register", "deploy", "evaluate", "tracking"})
     for key in ("trials", "workers", "storage", "backend"):
@@ -432,3 +436,11 @@ def _short(v: Any) -> str:
 
 def say(message: str) -> None:
     print(f"[trainflow] tune: {message}", file=sys.stderr, flush=True)
+
+
+def hashes(params: PipelineParams, paths: Paths) -> tuple[str, str]:
+    """(data hash, code hash) a study's trials must share."""
+    from trainflow.core.io import sha256_json
+    from trainflow.engine.fingerprint import code_hash, data_hash, model_code_hash
+
+    return data_hash(paths), sha256_json([code_hash(), model_code_hash(params, paths.root)])

@@ -12,20 +12,22 @@ import math
 import shutil
 from typing import TYPE_CHECKING, Any
 
-from trainflow import lineage, tracking
+from trainflow import tracking
+from trainflow.core.errors import DiskFullError, ParamsError, UserError
+from trainflow.core.io import failpoint
+from trainflow.core.paths import Paths
 from trainflow.engine import distributed
 from trainflow.engine.precision import resolve_device
-from trainflow.errors import DiskFullError, ParamsError, UserError
-from trainflow.io import failpoint
 from trainflow.params import PipelineParams, with_values
-from trainflow.paths import Paths
+from trainflow.registry import lineage
 from trainflow.tune import runs, space
 from trainflow.tune.study import PARENT_RUN, Claim, Study, describe, say
 
 if TYPE_CHECKING:
     import optuna
 
-    from trainflow.engine.trainer import Logger, Trainer
+    from trainflow.core.logger import Logger
+    from trainflow.engine.trainer import Trainer
 
 
 class Reporter:

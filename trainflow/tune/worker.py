@@ -9,11 +9,12 @@ from pathlib import Path
 
 
 def main() -> int:
-    from trainflow.errors import ServiceError, UserError
+    from trainflow.core.errors import ServiceError, UserError
+    from trainflow.core.paths import Paths
     from trainflow.params import PipelineParams, with_values
-    from trainflow.paths import Paths
     from trainflow.stages import importable
-    from trainflow.tune import hashes, work
+    from trainflow.tune import work
+    from trainflow.tune.study import hashes
 
     spec = json.loads(sys.stdin.read())
     root = Path(spec["root"])

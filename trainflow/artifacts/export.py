@@ -1,6 +1,6 @@
-"""models/final, written: the weights as safetensors, the model as an ONNX graph (`trainflow.onnx_export`), the
-model's config, preprocessing and schema as JSON, and the training summary (`trainflow.predict` reads it back).
-`model_config` decides the architecture the weights belong to."""
+"""models/final, written: the weights as safetensors, the model as an ONNX graph (`trainflow.artifacts.onnx`), the
+model's config, preprocessing and schema as JSON, and the training summary (`trainflow.artifacts.predict` reads it
+back). `model_config` decides the architecture the weights belong to."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
+from trainflow.artifacts.onnx import ONNX, to_onnx
+from trainflow.artifacts.predict import CONFIG, WEIGHTS
+from trainflow.core.errors import UserError
+from trainflow.core.io import atomic_dir, write_json
 from trainflow.data.preprocess import Preprocessor
 from trainflow.data.schema import Schema
-from trainflow.errors import UserError
-from trainflow.io import atomic_dir, write_json
 from trainflow.models import build_model, hf
-from trainflow.onnx_export import ONNX, to_onnx
 from trainflow.params import PipelineParams
-from trainflow.predict import CONFIG, WEIGHTS
 
 
 def auto_model(pre: Preprocessor, device: torch.device) -> tuple[str, str]:

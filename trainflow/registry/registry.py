@@ -2,7 +2,8 @@
 
 Every registration creates a version and points `challenger` at it. `champion` moves to it only if it beats the
 champion on the gate metric, both scored on the same test rows. `register.decide: paired` (the default): the champion
-is re-scored on this run's test split and the two are compared row by row (trainflow.gate: a paired permutation test
+is re-scored on this run's test split and the two are compared row by row (trainflow.registry.gate: a paired
+permutation test
 of the improvement; promoted when it shows one above `register.min_improvement`). `point`: the challenger's
 value must beat the champion's by more than `register.min_improvement`; the champion's metrics are taken from its tags
 when it was scored on a test split with the same hash, else it is re-scored first. If the champion cannot be
@@ -29,18 +30,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
-from trainflow import gate as paired
-from trainflow import manifest, tracking
-from trainflow.errors import ServiceError, UserError
-from trainflow.io import disk_full, failpoint, no_space
+from trainflow.artifacts import manifest
+from trainflow.core import outage
+from trainflow.core.errors import ServiceError, UserError
+from trainflow.core.io import disk_full, failpoint, no_space
 from trainflow.params import RegisterParams
+from trainflow.registry import gate as paired
 
 if TYPE_CHECKING:
     import numpy as np
 
     from trainflow.data.split import Held
 
-MINIMIZE = paired.MINIMIZE  # gate metrics where lower is better (defined once, in trainflow.gate)
+MINIMIZE = paired.MINIMIZE  # gate metrics where lower is better (defined once, in trainflow.registry.gate)
 CHAMPION, CHALLENGER = "champion", "challenger"
 TEST_HASH_TAG = "test_data_hash"
 DECISION_TAG = "registry_decision"
@@ -73,7 +75,7 @@ def gate_metric(params: RegisterParams, metrics: dict[str, float]) -> str:
     if gate == "auto":
         gate = "accuracy" if "accuracy" in metrics else "r2"
     if gate not in metrics:
-        from trainflow.errors import ParamsError
+        from trainflow.core.errors import ParamsError
 
         raise ParamsError(
             "params.yaml",
@@ -121,7 +123,7 @@ def registry_failed(what: str, exc: BaseException, rerun: str) -> ServiceError:
 
 def lookup(call: Callable[[], Any], what: str, rerun: str = RERUN_REGISTER) -> Any | None:
     """`call()`, a registry lookup, or None when the registry answers that the thing does not exist
-    (tracking.not_found). Any other failure is raised as a ServiceError (`registry_failed`), never taken for "absent":
+    (outage.not_found). Any other failure is raised as a ServiceError (`registry_failed`), never taken for "absent":
     a 503 or a timeout that outlasted MLflow's own HTTP retries (tracking.HTTP_DEFAULTS), a locked SQLite store, a
     proxy's 404. The register task retries it with backoff (tasks/retry.py)."""
     from mlflow.exceptions import MlflowException
@@ -129,7 +131,7 @@ def lookup(call: Callable[[], Any], what: str, rerun: str = RERUN_REGISTER) -> A
     try:
         return call()
     except MlflowException as exc:
-        if tracking.not_found(exc):
+        if outage.not_found(exc):
             return None
         raise registry_failed(what, exc, rerun) from exc
 
@@ -264,7 +266,7 @@ def register(
             why = f"already registered as version {existing.version} by an earlier run of register"
             return _recorded(client, existing, gate, tags, test_hash, why)
         # Each file's sha256, kept in the registry, where the artifact store's writers cannot change it: trainflow's
-        # loading checks the files against it (trainflow.manifest).
+        # loading checks the files against it (trainflow.artifacts.manifest).
         all_tags |= manifest.record(model_uri)
         if existing is None:
             check_kind(client, name, tags)
@@ -311,7 +313,7 @@ def register(
                 # ... but only when the champion is what failed. An outage of the store its files come from, of the
                 # registry (asked once more: an outage unavailable() does not recognise) or a full disk says nothing
                 # about the champion: raised, so the rerun re-scores it instead of recording "stays" for good.
-                if any(tracking.unavailable(e) for e in _chain(exc)):
+                if any(outage.unavailable(e) for e in _chain(exc)):
                     raise registry_failed(what, exc, RERUN_REGISTER) from exc
                 if any(no_space(e) for e in _chain(exc)):
                     raise disk_full(

@@ -183,7 +183,7 @@ def resampled(metric: str, scored: Scored, idx: np.ndarray) -> np.ndarray:
 
 
 def _metric_function(metric: str) -> Callable[[np.ndarray, np.ndarray], float]:
-    from trainflow.stages.evaluate import classification_metrics, ranked_metrics
+    from trainflow.metrics import classification_metrics, ranked_metrics
 
     if metric in ("roc_auc", "pr_auc"):
         return lambda y, p: float(ranked_metrics(y, p)[metric])
@@ -216,7 +216,7 @@ def mcnemar(challenger: Scored, champion: Scored) -> dict[str, Any]:
 
 
 # --- the metrics that are not means over rows, on many patterns at once -------------------------------------------
-# The value of each pattern equals trainflow.stages.evaluate's on that pattern's rows (tests/unit/test_paired_gate.py
+# The value of each pattern equals trainflow.metrics' on that pattern's rows (tests/unit/test_paired_gate.py
 # checks it against evaluate's functions).
 
 
@@ -245,8 +245,8 @@ def _f1_macro(labels: np.ndarray, proba: np.ndarray) -> np.ndarray:
 
 
 def _ece(labels: np.ndarray, proba: np.ndarray) -> np.ndarray:
-    """evaluate.expected_calibration_error per pattern: one bincount over (pattern, bin)."""
-    from trainflow.stages.evaluate import ECE_BINS
+    """metrics.expected_calibration_error per pattern: one bincount over (pattern, bin)."""
+    from trainflow.metrics import ECE_BINS
 
     confidence = proba.max(axis=2).astype(np.float64)
     correct = (proba.argmax(axis=2) == labels).astype(np.float64)
@@ -261,7 +261,7 @@ def _ece(labels: np.ndarray, proba: np.ndarray) -> np.ndarray:
 def _ranked_swaps(
     metric: str, labels: np.ndarray, new: np.ndarray, old: np.ndarray, flips: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """roc_auc or pr_auc of both sides of each swap pattern (flips [p, n]), as evaluate.ranked_metrics: binary, of
+    """roc_auc or pr_auc of both sides of each swap pattern (flips [p, n]), as metrics.ranked_metrics: binary, of
     class 1; multiclass, the mean over the classes that can be scored. Row i's score on a side is one of its two
     models' scores, so the 2n scores are sorted once and a pattern only picks one of each row's two places in that
     order: ranks and precisions come from cumulative counts of the picked entries, linear in the rows per pattern."""

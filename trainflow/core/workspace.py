@@ -18,8 +18,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from trainflow.errors import UserError
-from trainflow.io import read_json, write_json
+from trainflow.core.errors import UserError
+from trainflow.core.io import read_json, write_json
 
 HELD = "TRAINFLOW_WORKSPACE"  # set to the workspace root while this process (tree) holds its lock
 

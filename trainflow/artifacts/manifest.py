@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trainflow.errors import UserError
+from trainflow.core.errors import UserError
 
 HEAD_TAG = "artifact_manifest"  # {"parts": n, "files": n, "sha256": of the whole manifest text}
 # MLflow 3 takes 100,000 characters per model version tag; MLflow 2's servers 5,000 (a varchar(5000) column in their
@@ -74,9 +74,9 @@ def record(model_uri: str) -> dict[str, str]:
     anything: a store that does not answer, or a full disk, leaves nothing half-done for the rerun."""
     import mlflow
 
-    from trainflow import tracking
-    from trainflow.errors import ServiceError
-    from trainflow.io import disk_full, no_space
+    from trainflow.core import outage
+    from trainflow.core.errors import ServiceError
+    from trainflow.core.io import disk_full, no_space
 
     try:
         with tempfile.TemporaryDirectory(prefix="trainflow-manifest-") as tmp:
@@ -87,7 +87,7 @@ def record(model_uri: str) -> dict[str, str]:
         if no_space(exc):  # where MLflow downloads the files
             rerun = "Free space there, then rerun `trainflow stage register`."
             raise disk_full(Path(tempfile.gettempdir()), exc, nothing, rerun) from exc
-        if tracking.unavailable(exc):
+        if outage.unavailable(exc):
             raise ServiceError(
                 f"register: reading the files of {model_uri} to record their sha256 in the registry: the artifact "
                 f"store did not answer ({type(exc).__name__}: {exc}). {nothing} Rerun `trainflow stage register` once "

@@ -5,10 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from trainflow.data.stream import Split
+from typing import Any
 
 PARAMS_FILE = "params.yaml"
 SPLITS = ("train", "val", "test")  # data/splits/<name>.parquet, or a streamed split's numbers in rows.npy (0, 1, 2)
@@ -62,22 +59,13 @@ class Paths:
         return self.root / "data" / "splits"
 
     def split_file(self, name: str) -> Path:
-        """The file of its own that a split held in memory is written to (a streamed one is not: `split`)."""
+        """The file of its own that a split held in memory is written to (a streamed one is not; read a split of either
+        kind with trainflow.data.stream.Split.stored)."""
         return self.splits / f"{name}.parquet"
 
-    def split(self, name: str) -> Split:
-        """Split `name` as the split stage stored it (stream.Split): its own file, or its rows of the linked table."""
-        from trainflow.data.stream import Split
-
-        return Split.stored(self.splits, name)
-
-    def read_split(self, name: str) -> Any:
-        """Split `name` as a DataFrame (pandas); a damaged file is an error saying how to restore it."""
-        return self.split(name).read()
-
     def read_table(self) -> Any:
-        """data/processed/table.parquet as a DataFrame (as read_split)."""
-        from trainflow.io import read_parquet
+        """data/processed/table.parquet as a DataFrame; a damaged file is an error saying how to restore it."""
+        from trainflow.core.io import read_parquet
 
         return read_parquet(self.table, restore("data/processed", "ingest"))
 

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import pandas as pd
 
-from trainflow.errors import DataError, UserError
-from trainflow.predict import BATCH_SIZE, ExportedModel, load
+from trainflow.artifacts.predict import BATCH_SIZE, ExportedModel, load
+from trainflow.core.errors import DataError, UserError
 
 if TYPE_CHECKING:
     from trainflow.data.sources import RawTable
@@ -175,7 +175,7 @@ def output_format(path: Path) -> str:
 
 def write_table(frame: pd.DataFrame, path: Path) -> None:
     """`frame` to `path` by its extension, atomically: a failed write leaves any earlier file as it was."""
-    from trainflow.io import atomic_path
+    from trainflow.core.io import atomic_path
 
     suffix = output_format(path)
     with atomic_path(path) as tmp:
@@ -277,9 +277,9 @@ def _predict_streamed(exported: ExportedModel, input: Path, output: Path, batch_
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from trainflow.core.io import atomic_path
     from trainflow.data import stream
     from trainflow.data.sources import _to_pandas, unnamed_index
-    from trainflow.io import atomic_path
 
     try:
         source = pq.ParquetFile(input)

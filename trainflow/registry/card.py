@@ -15,17 +15,15 @@ import base64
 import html
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from trainflow import baselines
-from trainflow.gate import MINIMIZE, Scored, per_row, resampled
-from trainflow.paths import SPLITS, Paths
-
-if TYPE_CHECKING:
-    from trainflow.data.stream import Split
+from trainflow.core.paths import SPLITS, Paths
+from trainflow.data.stream import Split
+from trainflow.registry.gate import MINIMIZE, Scored, per_row, resampled
 
 CI_RESAMPLES = 2000
 CALIBRATION_BINS = 10
@@ -115,11 +113,11 @@ def sections(
         lineage.tables.append((["params changed since the champion"], [[p] for p in why["params"]]))
 
     data = Section("Data")
-    sizes = [[s, str(_rows(paths.split(s)))] for s in SPLITS]
+    sizes = [[s, str(_rows(Split.stored(paths.splits, s)))] for s in SPLITS]
     data.tables.append((["split", "rows"], sizes))
     target = tags.get("target")
     if tags.get("task") == "classification" and target:
-        counts = {s: paths.split(s).column(target).astype(str).value_counts() for s in SPLITS}
+        counts = {s: Split.stored(paths.splits, s).column(target).astype(str).value_counts() for s in SPLITS}
         classes = sorted(set().union(*(c.index for c in counts.values())))
         data.tables.append(
             (["class", *SPLITS], [[c, *(str(int(counts[s].get(c, 0))) for s in SPLITS)] for c in classes])
@@ -217,7 +215,7 @@ def page(title: str, parts: list[Section]) -> str:
 
 def write(paths: Paths, reg: dict[str, Any], metrics: dict[str, Any], scored: Scored | None, seed: int) -> list[Path]:
     """reports/card.md and reports/card.html for the version `reg` names."""
-    from trainflow.io import atomic_path
+    from trainflow.core.io import atomic_path
 
     title = f"Model card: {reg['model_name']} v{reg['version']}"
     parts = sections(paths, reg, metrics, scored, seed)

@@ -1,6 +1,7 @@
 """Load the exported model (safetensors + JSON, no pickle) and score a table with its saved preprocessing.
 
-The train, evaluate and register stages import this module, so it holds no file I/O of its own (`trainflow.batch` reads
+The train, evaluate and register stages import this module, so it holds no file I/O of its own
+(`trainflow.artifacts.batch_predict` reads
 and writes the files of `trainflow predict`): what the stages depend on stays what they use.
 """
 
@@ -16,12 +17,12 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from torch import nn
 
+from trainflow.artifacts.onnx import ONNX, OnnxModel
+from trainflow.core.errors import UserError
+from trainflow.core.io import read_json
 from trainflow.data.preprocess import Preprocessor
-from trainflow.engine.data import Batch, ImageData, TensorData, TextData
-from trainflow.errors import UserError
-from trainflow.io import read_json
+from trainflow.engine.loaders import Batch, ImageData, TensorData, TextData
 from trainflow.models import build_model, user_source
-from trainflow.onnx_export import ONNX, OnnxModel
 
 WEIGHTS, CONFIG = "model.safetensors", "model.json"
 # Rows scored per forward pass, by evaluate (evaluate.batch_size), `trainflow predict` and the served model alike:
@@ -187,7 +188,8 @@ def _check_source(model: nn.Module, directory: Path) -> None:
 def load(model: str) -> ExportedModel:
     """A model by MLflow URI (`models:/<name>@champion`, `models:/<name>/<version>`, `runs:/...`) or by the path of an
     exported model directory (models/final). A registered version's files are fetched and checked against the
-    registry's manifest of them first (`trainflow.manifest`: refused, naming each file changed, added or missing);
+    registry's manifest of them first (`trainflow.artifacts.manifest`: refused, naming each file changed, added or
+    missing);
     its exported directory is then read as data: nothing stored with it is imported or unpickled, also for versions
     registered as models-from-code."""
     if ":/" not in model:
@@ -200,7 +202,7 @@ def load(model: str) -> ExportedModel:
         return ExportedModel.load(directory)
     import yaml
 
-    from trainflow import manifest
+    from trainflow.artifacts import manifest
 
     local, version, checked = manifest.fetch(model)
     if not checked:

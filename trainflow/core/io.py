@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from trainflow.errors import DataError, DiskFullError
+from trainflow.core.errors import DataError, DiskFullError
 
 # Windows cannot open a directory to fsync it (os.open fails); NTFS journals renames itself.
 FSYNC_DIRECTORIES = os.name != "nt"
@@ -217,24 +217,6 @@ def read_parquet(path: Path, repair: str) -> Any:
         raise DataError(f"{path} is missing; {repair}") from None
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise DataError(f"{path} cannot be read, it is corrupt or truncated ({exc}); {repair}") from None
-
-
-def parquet_options(table: Any) -> dict[str, Any]:
-    """How trainflow writes its tables: the keywords of pyarrow's ParquetWriter (and of DataFrame.to_parquet) for
-    `table`, the pyarrow Schema written or the DataFrame. Dictionary encoding for every column but floats and the row
-    key: a float column rarely repeats its values, and a row key (a 64-bit hash) never does, so the writer builds a
-    dictionary per row group only to give it up. Writing bench/out_of_core.py's 4M-row table in row groups of 128K
-    rows took 5.3 s with every column tried, 2.8 s with the floats left plain, and the file was no larger; leaving
-    the row key plain too made the 6M-row table 12 MiB (2%) smaller and its write 3% faster."""
-    import pyarrow as pa
-
-    from trainflow.data.schema import ROW_KEY
-
-    if isinstance(table, pa.Schema):
-        plain = {f.name: pa.types.is_floating(f.type) for f in table}
-    else:
-        plain = {str(c): t.kind == "f" for c, t in table.dtypes.items()}
-    return {"use_dictionary": [name for name, p in plain.items() if not p and name != ROW_KEY]}
 
 
 def sha256_files(paths: list[Path]) -> str:

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from trainflow.io import sha256_json
+from trainflow.core.io import sha256_json
 
 # Tracked files that are not code: what a run itself rewrites, and what is recorded apart from the commit. params.yaml
 # (`-S` and `tune --apply` rewrite it, as `dvc exp run -S` does; the resolved params are a tag of the version),

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainflow import baselines
+from trainflow.core.io import read_json
+from trainflow.core.paths import Paths
 from trainflow.data.schema import Schema
-from trainflow.io import read_json
-from trainflow.paths import Paths
-from trainflow.registry import MINIMIZE
+from trainflow.registry.registry import MINIMIZE
 
 NONE = "—"
 

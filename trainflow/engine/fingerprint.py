@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainflow.errors import UserError
-from trainflow.io import sha256_files, sha256_json
+from trainflow.core.errors import UserError
+from trainflow.core.io import sha256_files, sha256_json
+from trainflow.core.paths import SPLITS, Paths
+from trainflow.data.stream import Split
 from trainflow.models import hf, source_files, source_hash
 from trainflow.params import PipelineParams
-from trainflow.paths import SPLITS, Paths
 
 # Train params that do not change the trained weights: a checkpoint written under other values may still be resumed.
 NOT_IN_FINGERPRINT = {
@@ -37,22 +38,24 @@ NOT_IN_FINGERPRINT = {
 
 
 def data_hash(paths: Paths) -> str:
-    files = dict.fromkeys(f for s in SPLITS for f in paths.split(s).files())  # a streamed split's: the table, once
+    # a streamed split's files: the table, once
+    files = dict.fromkeys(f for s in SPLITS for f in Split.stored(paths.splits, s).files())
     return sha256_files([paths.split_schema, *files])
 
 
-PACKAGE = Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parent.parent  # trainflow/
 
 
 def code_hash(package: Path = PACKAGE) -> str:
     """Hash of the code that decides the trained weights (the engine, the models, preprocessing, how the stage builds
     the training data): a fixed engine must retrain, not resume a finished run. Plots, tracking and the like are left
     out: changing them reruns the stage (DVC), which then resumes and finishes at once."""
-    files = sorted([*(package / "engine").glob("*.py"), *(package / "models").glob("*.py")])
+    engine = [p for p in (package / "engine").glob("*.py") if p.name != "fingerprint.py"]  # what resumes, not how
+    files = sorted([*engine, *(package / "models").glob("*.py")])
     own = [
         package / "data" / "preprocess.py",
-        package / "predict.py",
-        package / "export.py",
+        package / "artifacts" / "predict.py",
+        package / "artifacts" / "export.py",
         package / "stages" / "train.py",
     ]
     return sha256_files([*files, *own])

@@ -28,12 +28,12 @@ from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
-from trainflow import workspace
+from trainflow.core import workspace
+from trainflow.core.errors import DataError, ServiceError, UserError
+from trainflow.core.io import atomic_path
+from trainflow.core.paths import Paths
 from trainflow.data.sources import FORMAT_BY_SUFFIX, IMAGE_SUFFIXES, read_source, resolve_files
-from trainflow.errors import DataError, ServiceError, UserError
-from trainflow.io import atomic_path
 from trainflow.params import GLOB_CHARS, RAW, PipelineParams, load_params, source_outside
-from trainflow.paths import Paths
 
 EVENT = "trainflow.data.added"
 ADDED, REJECTED = "added", "rejected"  # the watched inbox's folders for handled files

@@ -26,8 +26,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from trainflow import lineage
-from trainflow.errors import DataError, UserError
+from trainflow.core.errors import DataError, UserError
+from trainflow.registry import lineage
 
 REFETCH = (
     "delete that file and verify again: verify fetches it from the DVC remote, or takes it from data/splits where "
@@ -54,7 +54,7 @@ def version_of(model: str) -> Any:
     """The registry's model version `model` names (name@alias, name/version, models:/...)."""
     from mlflow.tracking import MlflowClient
 
-    from trainflow import registry
+    from trainflow.registry import registry
 
     name, which = resolve(model)
     client = MlflowClient()
@@ -198,8 +198,8 @@ def check_params(model: str, version: Any, checkout: Path, env: dict[str, str], 
 def check_data(model: str, version: Any, checkout: Path, restored: list[str]) -> None:
     """The restored splits, hashed as training hashes them, against the version's data_sha256 (what its training
     read): a data_hash that names other splits is said before anything is retrained on them."""
-    from trainflow.fingerprint import data_hash
-    from trainflow.paths import Paths
+    from trainflow.core.paths import Paths
+    from trainflow.engine.fingerprint import data_hash
 
     expected = version.tags.get("data_sha256")
     if not expected:
@@ -239,7 +239,8 @@ def same(a: float, b: float) -> bool:
 def verify(model: str, root: Path, commit: str | None = None) -> dict[str, Any]:
     """Retrain `model`'s version from its commit (or `commit`: a commit holding the code it was trained from, when
     that was not committed), params and data; whether its exported model comes out the same."""
-    from trainflow import registry, tracking
+    from trainflow import tracking
+    from trainflow.registry import registry
 
     version = version_of(model)
     tags = version.tags
