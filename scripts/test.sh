@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Lint and run the default test tier from .venv (created by scripts/setup.sh --dev): what README line 2 runs, in under
-# 10 minutes on 2 cores. `bash scripts/test.sh --slow` type-checks (mypy) and runs the slow tier instead (real servers,
-# Prefect deployments, fresh clones; see `slow` in pyproject.toml), which CI runs after README line 2.
+# Lint (ruff, and the import layers) and run the default test tier from .venv (created by scripts/setup.sh --dev):
+# what README line 2 runs, in under 10 minutes on 2 cores. `bash scripts/test.sh --slow` type-checks (mypy) and runs
+# the slow tier instead (real servers, Prefect deployments, fresh clones; see `slow` in pyproject.toml), which CI runs
+# after README line 2.
 # Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +33,7 @@ if [ "${1:-}" = "--slow" ]; then
 fi
 ruff check .
 ruff format --check .
+lint-imports  # the layers and no import cycles (tool.importlinter in pyproject.toml)
 # Two workers, one torch thread each: most of a test's time is a subprocess starting (trainflow, DVC, a server), so
 # two at once fill two cores; with torch's default threads they would fight over them (8.4 min serial, 5.0 min here).
 # --dist loadfile keeps a file on one worker, so its module fixtures (a Prefect server, a chaos workspace) start once.
