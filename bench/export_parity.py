@@ -35,7 +35,6 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))  # tiny_bert: the tests' tiny random BERT, written without a download
-sys.path.insert(0, str(HERE.parent / "tests" / "stages"))
 from data_throughput import make_project  # noqa: E402
 from text_defaults import sms  # noqa: E402
 
@@ -58,7 +57,7 @@ def data(case: str, work: Path) -> Path | None:
         return None
     if case == "cnn":
         from PIL import Image
-        from test_images import COLOURS
+        from support.images import COLOURS
 
         folder = work / "squares"
         if not folder.is_dir():
@@ -73,7 +72,7 @@ def data(case: str, work: Path) -> Path | None:
         return folder
     csv = work / f"{case}.csv"
     if case == "hf-bert":
-        from test_hf import reviews
+        from support.reviews import reviews
 
         reviews(2000).to_csv(csv, index=False)
     else:
@@ -105,8 +104,8 @@ def run_case(case: str, work: Path) -> dict[str, Any]:
             shutil.copytree(source, root / "data/raw" / source.name)
             settings[-2:] = [f"data.source=data/raw/{source.name}"]
     if case == "hf-bert":
-        from conftest import tiny_bert
-        from test_hf import FILLER, NEGATIVE, POSITIVE
+        from support.reviews import FILLER, NEGATIVE, POSITIVE
+        from support.tiny_models import tiny_bert
 
         tiny_bert(root / "pretrained/tiny-bert", [*POSITIVE, *NEGATIVE, *FILLER, "."])
     (root / "trainflow").symlink_to(HERE.parent / "trainflow")  # model.code's source

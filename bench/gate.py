@@ -240,7 +240,7 @@ def real_models(pairs: int) -> None:
     import torch
 
     sys.path.insert(0, str(ROOT / "tests"))
-    from conftest import make_project  # a project holding this checkout's committed pipeline
+    from support.projects import make_project  # a project holding this checkout's committed pipeline
 
     from trainflow.artifacts.predict import ExportedModel
     from trainflow.core.paths import Paths

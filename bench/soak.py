@@ -26,8 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "tests" / "reliability"))
 import chaos  # noqa: E402  (tests/reliability/chaos.py: the rounds and the invariants)
-from conftest import make_project  # noqa: E402  (a project holding this checkout's pipeline)
-from servers import prefect_server  # noqa: E402  (tests/servers.py: a real `prefect server start`)
+from support.projects import make_project  # noqa: E402  (a project holding this checkout's pipeline)
+from support.servers import prefect_server  # noqa: E402  (tests/support/servers.py: a real `prefect server start`)
 
 
 def table(rows: list[dict[str, object]]) -> str:

@@ -17,6 +17,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from support.splits import splitmix64_by_hand as splitmix_by_hand
 
 from trainflow.core.errors import DataError
 from trainflow.core.paths import SPLITS
@@ -1197,14 +1198,6 @@ def test_a_trained_tokenizer_is_saved_beside_the_json_and_numbers_are_texts_too(
 
 
 # --- split: keys -------------------------------------------------------------------------------------------------
-
-
-def splitmix_by_hand(key: int, seed: int) -> int:
-    word = int.from_bytes(hashlib.blake2b(f"trainflow.split:{seed}".encode(), digest_size=8).digest(), "big")
-    z, mask = key ^ word, 2**64 - 1
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
-    return z ^ (z >> 31)
 
 
 def test_key_columns_are_hashed_as_text_with_whole_numbers_as_integers() -> None:

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pydantic
 import pytest
-from conftest import make_project
+from support.projects import make_project
 
 from trainflow.core.errors import DataError
 from trainflow.core.paths import Paths

@@ -11,41 +11,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pandas.util import hash_pandas_object
+from support.splits import LABELS, random_frame, schema_for, splitmix64_by_hand
 
 from trainflow.core.errors import DataError
 from trainflow.core.paths import SPLITS
-from trainflow.data.schema import Schema
 from trainflow.data.split import Assignment, assign, split_frame
 from trainflow.params import SplitParams, parse_override
 
-LABELS = ["a", "b", "c", "d"]
 PROPERTY = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-
-
-def schema_for(frame: pd.DataFrame, features: list[str] | None = None, task: str = "classification") -> Schema:
-    features = features if features is not None else [c for c in frame.columns if c not in ("id", "y")]
-    classes = sorted(frame["y"].dropna().astype(str).unique().tolist()) if task == "classification" else []
-    return Schema(
-        source="test",
-        target="y",
-        task=task,  # type: ignore[arg-type]
-        features=features,
-        kinds=dict.fromkeys(features, "numeric"),
-        classes=classes,
-        n_rows=len(frame),
-    )
-
-
-def random_frame(n: int, n_classes: int = 3, seed: int = 0) -> pd.DataFrame:
-    rng = np.random.default_rng(seed)
-    return pd.DataFrame(
-        {
-            "id": np.arange(n, dtype=np.int64),
-            "x": rng.normal(size=n),
-            "s": rng.choice(["red", "green", "blue", "cyan"], size=n).astype(object),
-            "y": rng.choice(LABELS[:n_classes], size=n).astype(object),
-        }
-    )
 
 
 def fractions(p: SplitParams) -> np.ndarray:
@@ -215,17 +188,6 @@ def test_the_seed_changes_the_assignment() -> None:
     a, b = (assign(frame, schema, SplitParams(seed=seed)).split for seed in (0, 1))
     assert (a != b).mean() > 0.2
     np.testing.assert_array_equal(a, assign(frame, schema, SplitParams(seed=0)).split)
-
-
-def splitmix64_by_hand(key: int, seed: int) -> int:
-    """The documented seeded hash in plain Python ints: splitmix64's finaliser of key XOR blake2b("...:seed")."""
-    import hashlib
-
-    word = int.from_bytes(hashlib.blake2b(f"trainflow.split:{seed}".encode(), digest_size=8).digest(), "big")
-    z, mask = key ^ word, 2**64 - 1
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
-    return z ^ (z >> 31)
 
 
 def test_the_assignment_is_the_documented_rule() -> None:

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_split import schema_for
+from support.splits import schema_for
 
 from trainflow.core.errors import DataError
 from trainflow.data import split_stream

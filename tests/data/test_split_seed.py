@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import make_project
 from pandas.util import hash_pandas_object
-from test_split import random_frame, schema_for, splitmix64_by_hand
+from support.projects import make_project
+from support.splits import random_frame, schema_for, splitmix64_by_hand
 
 from trainflow.core.errors import DataError
 from trainflow.core.paths import SPLITS, Paths

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.csv as pv
 import pyarrow.parquet as pq
 import pytest
-from conftest import make_project
+from support.projects import make_project
 
 from trainflow.core.errors import DataError
 from trainflow.core.paths import SPLITS, Paths

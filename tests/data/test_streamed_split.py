@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from conftest import make_project
+from support.projects import make_project
 
 from trainflow.core.paths import SPLITS, Paths
 from trainflow.data import split_stream, stream

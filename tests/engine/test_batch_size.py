@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import REPO, make_project
+from support.nets import Net
+from support.projects import REPO, make_project
 from torch import nn
 
 from trainflow.core.errors import ParamsError
@@ -50,13 +51,6 @@ def test_divisors() -> None:
     assert bs.divisors(1) == [1]
     assert bs.divisors(36) == [1, 2, 3, 4, 6, 9, 12, 18, 36]
     assert bs.divisors(97) == [1, 97]
-
-
-class Net(nn.Sequential):
-    """A stack of layers called as trainflow calls its models: model(x=...)."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        return super().forward(x)
 
 
 def tiny_regression() -> tuple[nn.Module, TensorData, Objective]:

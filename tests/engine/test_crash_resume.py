@@ -3,7 +3,6 @@ also under fp16 with a GradScaler whose scale backs off and grows throughout the
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
@@ -13,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
-from safetensors.torch import load_file
+from support.crash_runs import same_run
 
 SCRIPT = Path(__file__).with_name("crash_run.py")
 TOTAL_UPDATES = 4 * 13  # 4 epochs of ceil(203 / 16) windows
@@ -61,15 +59,6 @@ def uninterrupted(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
         return done[flags] / "out"
 
     return get
-
-
-def same_run(a: Path, b: Path) -> bool:
-    wa, wb = load_file(str(a / "final.safetensors")), load_file(str(b / "final.safetensors"))
-    # Compare the bits (as int32), so even -0.0 vs 0.0 or two different NaNs would count as a difference.
-    bitwise = wa.keys() == wb.keys() and all(wa[k].view(torch.int32).equal(wb[k].view(torch.int32)) for k in wa)
-    history = [json.loads((d / "history.json").read_text()) for d in (a, b)]
-    counts = [json.loads((d / "counts.json").read_text()) for d in (a, b)]  # applied updates; the scaler's state
-    return bitwise and history[0] == history[1] and counts[0] == counts[1]  # every evaluation: update, losses, lr
 
 
 # README line 2 keeps a kill in an fp32 update and one in an fp16 checkpoint write; the others run in the slow tier.

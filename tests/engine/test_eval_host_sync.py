@@ -1,7 +1,8 @@
 """Validation reads the device once: `Trainer.evaluate` accumulates its sums (and, for val_roc_auc / val_pr_auc, every
 val score) on the device and reads them back in one transfer, for tables and text, per sample and per token. The
-guard is test_host_sync.py's (an ATen dispatch mode for value-dependent ops); its `tolist` only counts the reads.
-Also: the ranked metrics an evaluation reports are sklearn's on the model's own probabilities."""
+guard is test_host_sync.py's (an ATen dispatch mode for value-dependent ops, in tests/support/host_sync.py); its
+`tolist` only counts the reads. Also: the ranked metrics an evaluation reports are sklearn's on the model's own
+probabilities."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 import torch
 from engine_kit import make_trainer, mlp, table, text_data, text_model
 from sklearn.metrics import average_precision_score, roc_auc_score
-from test_host_sync import HostSyncError, _NoSync
+from support.host_sync import HostSyncError, _NoSync
 
 from trainflow.core.errors import ParamsError
 from trainflow.engine.loaders import Batch, Dataset

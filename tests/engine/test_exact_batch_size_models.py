@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from support.nets import Net
 from torch import nn
 
 from trainflow.core.errors import ParamsError, UserError
@@ -30,13 +31,6 @@ from trainflow.params import TrainParams
 FP32 = Precision("fp32", "cpu")
 CPU = torch.device("cpu")
 MIB = 2**20
-
-
-class Net(nn.Sequential):
-    """Layers called as trainflow calls its models: model(x=...)."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        return super().forward(x)
 
 
 def tiny() -> tuple[Any, TensorData, Objective]:

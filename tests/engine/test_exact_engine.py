@@ -7,43 +7,18 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 from engine_kit import make_trainer
-from torch import nn
+from support.linear_run import RUN, VX, VY, Lin, X, Y, data, fit, linear
 from torch.nn import functional as F
 
 from trainflow.core.errors import UserError
 from trainflow.engine.loaders import TensorData, epoch_order
 
-X = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [-1.0, 0.5], [0.5, -1.0], [2.0, 1.0]])
-Y = torch.tensor([0, 1, 1, 0, 0, 1])
-VX = torch.tensor([[0.5, 0.5], [-0.5, 1.0], [1.5, -0.5], [0.0, -1.0], [1.0, 2.0]])
-VY = torch.tensor([1, 0, 0, 1, 1])
-# Trainer params of the small run: windows of 2 x 2 over 6 samples, so each epoch is a window of 4 and one of 2.
-RUN: dict[str, Any] = {
-    "batch_size": 2, "accumulate": 2, "epochs": 2, "optimizer": "sgd", "momentum": 0.0, "lr": 0.5, "min_lr": 0.05,
-    "weight_decay": 0.1, "max_grad_norm": 0.5, "schedule": "linear", "warmup_fraction": 0.25, "log_every": 1,
-}  # fmt: skip
 # linear, 4 updates, warmup round(0.25 * 4) = 1: 0.5 * 1/1; then 0.5 + (0.05 - 0.5) * k/3 for k = 0, 1, 2.
 RATES = [0.5, 0.5, 0.35, 0.2]
-
-
-class Lin(nn.Linear):
-    """nn.Linear called as the engine calls models: forward(x=...)."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        return super().forward(x)
-
-
-def linear() -> Lin:
-    m = Lin(2, 2)
-    with torch.no_grad():
-        m.weight.copy_(torch.tensor([[0.5, -0.25], [0.125, 0.75]]))
-        m.bias.copy_(torch.tensor([0.1, -0.2]))
-    return m
 
 
 class Keep:
@@ -106,10 +81,6 @@ def hand_run(
             steps.append({"loss": loss.item(), "grad_norm": norm, "lr": lr, "n": len(idx)})
             weights.append((w.clone(), b.clone()))
     return steps, weights
-
-
-def data() -> tuple[TensorData, TensorData]:
-    return TensorData(X, Y), TensorData(VX, VY)
 
 
 @pytest.mark.parametrize("on_device", [False, True], ids=["host", "device"])
@@ -221,13 +192,6 @@ def test_each_epoch_end_writes_a_whole_checkpoint_and_best_json_names_the_best(t
         w, b = weights[update - 1]
         assert sorted(model) == ["bias", "weight"]
         assert torch.allclose(model["weight"], w, atol=1e-6) and torch.allclose(model["bias"], b, atol=1e-6)
-
-
-def fit(tmp: Path, **kw: Any) -> Any:
-    t = make_trainer(tmp, linear(), **{**RUN, **kw})
-    train, val = data()
-    t.fit(train, val)
-    return t
 
 
 def test_resume_auto_continues_from_the_last_checkpoint_and_says_where(

@@ -16,48 +16,12 @@ from typing import Any
 import pytest
 import torch
 from engine_kit import make_trainer, mlp, table, text_data, text_model
-from torch.utils._python_dispatch import TorchDispatchMode
+from support.host_sync import HostSyncError, _NoSync, poison, windows
 
-from trainflow.engine.loaders import Batch, Dataset
+from trainflow.engine.loaders import Dataset
 from trainflow.engine.objective import Objective
 
-aten = torch.ops.aten
-# Ops whose result (or output size) depends on tensor values, so a GPU must finish and copy to the host first.
-SYNC_OPS = {
-    aten._local_scalar_dense.default,  # .item(), float(), int(), bool()
-    aten.is_nonzero.default,
-    aten.nonzero.default,  # also torch.where(cond), argwhere
-    aten.masked_select.default,
-    aten._unique.default,
-    aten._unique2.default,
-    aten.unique_dim.default,
-    aten.unique_consecutive.default,
-    aten.equal.default,
-    aten.bincount.default,
-    aten.repeat_interleave.Tensor,
-    # torch.tensor(<Python data>, device=cuda): a blocking copy from pageable host memory, so the host waits for the
-    # stream (set_sync_debug_mode flags it; the GPU tier caught Transformers 5.17's eager mask doing it per forward).
-    aten.lift_fresh.default,
-}
-# Indexing with a boolean mask is a nonzero in disguise (the CPU kernel does it without dispatching nonzero).
-MASK_INDEXING = {aten.index.Tensor, aten.index_put.default, aten.index_put_.default, aten._index_put_impl_.default}
 HOST_READS = ("tolist", "numpy", "__array__")
-
-
-class HostSyncError(AssertionError):
-    pass
-
-
-class _NoSync(TorchDispatchMode):
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
-        if func in SYNC_OPS:
-            raise HostSyncError(f"host-device sync in train_step: {func}")
-        if func in MASK_INDEXING:
-            indices = args[1] if len(args) > 1 else kwargs.get("indices", [])
-            if any(i is not None and i.dtype in (torch.bool, torch.uint8) for i in indices):
-                raise HostSyncError(f"host-device sync in train_step: {func} with a boolean mask")
-        return func(*args, **kwargs)
 
 
 @contextlib.contextmanager
@@ -73,23 +37,6 @@ def no_host_sync() -> Iterator[None]:
             mp.setattr(torch.Tensor, name, forbidden(name))
         with _NoSync():
             yield
-
-
-def windows(data: Dataset, batch_size: int, accumulate: int, n: int) -> list[list[Batch]]:
-    """n windows of micro-batches, built before the guard: batching is data preparation, not the step."""
-    size = batch_size * accumulate
-    return [[data.batch(i) for i in torch.arange(k * size, (k + 1) * size).split(batch_size)] for k in range(n)]
-
-
-def poison(param: torch.Tensor, attempts: set[int], accumulate: int) -> None:
-    """Gradients of `param` become inf on the given 1-based updates: the skip path runs under the guard too."""
-    calls = [0]
-
-    def hook(grad: torch.Tensor) -> torch.Tensor:
-        calls[0] += 1
-        return grad * float("inf") if (calls[0] - 1) // accumulate + 1 in attempts else grad
-
-    param.register_hook(hook)
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
@@ -164,7 +111,7 @@ def test_an_hf_model_step_never_reads_the_device(tmp_path: Path, kind: str, atte
     whether any token is padding (a 2-D mask's `.all()`); HFSequenceModel hands them the 4-D mask they would build,
     which they use as it is, and a decoder finds its last real token on the device. Checkpointing and layer decay on,
     as users run."""
-    from conftest import tiny_bert, tiny_decoder
+    from support.tiny_models import tiny_bert, tiny_decoder
 
     from trainflow.models import hf
 

@@ -169,7 +169,7 @@ def test_label_smoothing_alone_matches_its_formula_per_sample_and_per_token() ->
 
 def test_the_train_stage_hands_label_smoothing_to_the_objective(tmp_path: Path) -> None:
     """train.label_smoothing in params.yaml reaches the loss the trainer minimises (the train stage builds it)."""
-    from conftest import make_project
+    from support.projects import make_project
 
     from trainflow.core.paths import Paths
     from trainflow.engine.distributed import Group

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import inspect
 import math
-import typing
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from engine_kit import InfGrads, bitwise_equal, make_trainer, mlp, reference, rel, table, training_state
+from support.skips import BAD, LR, OPTIMIZERS
 from torch import nn
 from torch.nn import functional as F
 
@@ -20,10 +20,6 @@ from trainflow.engine.optim import build_optimizer, plan_groups
 from trainflow.engine.schedule import lr_at
 from trainflow.engine.trainer import NonFiniteError, Trainer
 from trainflow.params import TrainParams
-
-OPTIMIZERS = typing.get_args(TrainParams.model_fields["optimizer"].annotation)
-BAD = {1, 2, 7}  # 1-based attempts: updates 0 and 1 (the first two) and a later one are non-finite
-LR = {"adamw": 2e-3, "sgd": 0.05}
 
 
 def run_recording(tmp: Path, optimizer: str, on_device: bool) -> tuple[Trainer, InfGrads, list[dict[str, Any]]]:

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FAST, make_project
-from servers import BIN, prefect_server, spawn, stop, tail
+from support.projects import FAST, make_project
+from support.servers import BIN, prefect_server, spawn, stop, tail
 
 from trainflow.core.paths import Paths
 from trainflow.params import load_params

@@ -3,7 +3,7 @@
 `trainflow deploy` serves training_pipeline/nightly with a cron schedule; a run triggered through the API completes,
 publishes its artifacts, pushes to the DVC remote and leaves the pipeline's outputs; Ctrl-C stops serving with exit
 code 130. Then prefect.yaml deploys the same flow to a process work pool and a worker runs it. Every process started
-here runs in its own session and is killed with its children at teardown (tests/servers.py).
+here runs in its own session and is killed with its children at teardown (tests/support/servers.py).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import Any
 from uuid import UUID
 
 import pytest
-from conftest import FAST, REPO, make_project
-from servers import BIN, PrefectServer, prefect_server, spawn, stop, tail
+from support.projects import FAST, REPO, make_project
+from support.servers import BIN, PrefectServer, prefect_server, spawn, stop, tail
 
 from trainflow.core.io import read_json
 from trainflow.core.paths import Paths

@@ -13,8 +13,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import FAST, REPO, make_project
-from vcs import dvc, git, locked_outs, mtimes, snapshot
+from support.projects import FAST, REPO, make_project
+from support.vcs import dvc, git, locked_outs, mtimes, snapshot
 
 pytestmark = pytest.mark.slow
 

@@ -6,7 +6,7 @@ from pathlib import Path
 from uuid import UUID
 
 import pytest
-from vcs import dvc
+from support.vcs import dvc
 
 from trainflow.core.io import read_json
 from trainflow.core.paths import Paths

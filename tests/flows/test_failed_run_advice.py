@@ -9,7 +9,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from vcs import dvc
+from support.vcs import dvc
 
 from trainflow import cli
 from trainflow.core.io import read_json

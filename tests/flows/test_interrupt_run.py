@@ -15,7 +15,6 @@ TRAINFLOW_CHAOS_SEED replays it.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import random
 import re
@@ -30,10 +29,10 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import make_project
-from servers import BIN
-
-from trainflow.core.paths import Paths
+from support.projects import make_project
+from support.servers import BIN
+from support.servers import kill as kill_session
+from support.signals import digest as weights
 
 PARAMS = {"data.source": "builtin:iris", "register.model_name": "iris", "train.epochs": 3, "train.batch_size": 16,
           "train.progress": "false"}  # fmt: skip
@@ -83,12 +82,6 @@ def finish(proc: subprocess.Popen[bytes], log: Path, signalled_at: float | None,
     return Ended(proc.returncode, log.read_text(errors="replace"), after, what)
 
 
-def kill_session(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-
-
 def servers_of(home: Path) -> list[psutil.Process]:
     """Prefect servers started with this PREFECT_HOME (a run's temporary server lives in a session of its own)."""
     found = []
@@ -124,10 +117,6 @@ def flow_runs(home: Path) -> dict[str, str]:
         return {}
     with contextlib.closing(sqlite3.connect(home / "prefect.db")) as db:
         return dict(db.execute("SELECT id, state_type FROM flow_run"))
-
-
-def weights(root: Path) -> str:
-    return hashlib.sha256((Paths(root).final / "model.safetensors").read_bytes()).hexdigest()
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -22,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import make_project
-from servers import BIN, prefect_server
+from support.projects import make_project
+from support.servers import BIN, prefect_server
+from support.signals import digest
 
 from trainflow.core.errors import PREEMPTED
 from trainflow.core.io import read_json
@@ -75,10 +75,6 @@ def test_trainflow_run_preempted_ends_preempted_not_failed_and_the_next_run_resu
         assert "up to date" in status.stdout, status.stdout
 
 
-def digest(root: Path) -> str:
-    return hashlib.sha256((Paths(root).final / "model.safetensors").read_bytes()).hexdigest()
-
-
 def test_two_ranks_stop_after_the_same_update_when_one_is_signalled_and_resume_bitwise(tmp_path: Path) -> None:
     root = make_project(tmp_path / "proj", {**PARAMS, "train.world_size": 2, "train.batch_size": 8})
     paths = Paths(root)
@@ -106,7 +102,7 @@ def test_two_ranks_stop_after_the_same_update_when_one_is_signalled_and_resume_b
 def test_max_time_20s_on_a_real_clock_stops_each_run_in_time_and_the_reruns_end_bitwise_equal(tmp_path: Path) -> None:
     """The acceptance as written: train.max_time 20s on a training of about a minute; each run trains 20 s and one
     update more, and the reruns end with one uninterrupted run's weights."""
-    from conftest import blobs
+    from support.projects import blobs
 
     params = {"data.source": "data/raw/blobs.csv", "data.target": "label", "train.epochs": 12, "train.batch_size": 8,
               "train.patience": 1000, "train.progress": "false"}  # fmt: skip

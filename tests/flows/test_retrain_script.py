@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import FAST, REPO, make_project
-from vcs import GIT_IDENTITY, git, locked_outs
+from support.projects import FAST, REPO, make_project
+from support.vcs import GIT_IDENTITY, git, locked_outs
 
 from trainflow.params import write_overrides
 

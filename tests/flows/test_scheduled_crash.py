@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import make_project
-from servers import BIN, PrefectServer, kill, spawn, stop, tail
+from support.projects import make_project
+from support.servers import BIN, PrefectServer, kill, spawn, stop, tail
 
 from trainflow.core.io import read_json
 from trainflow.params import write_overrides

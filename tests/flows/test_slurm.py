@@ -8,7 +8,6 @@ Needs root and Debian's slurm-wlm and munge, which .ci/run installs (see README,
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -18,8 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REPO, make_project
-from servers import BIN
+from support.projects import REPO, make_project
+from support.servers import BIN
+from support.signals import digest
 
 from trainflow.core.paths import Paths
 from trainflow.params import load_params
@@ -44,10 +44,6 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
         yield {**os.environ, "SLURM_CONF": conf, "PATH": f"{BIN}:{os.environ['PATH']}"}
     finally:
         subprocess.run(["bash", str(script), "stop", str(where)], capture_output=True, timeout=60)
-
-
-def digest(root: Path) -> str:
-    return hashlib.sha256((Paths(root).final / "model.safetensors").read_bytes()).hexdigest()
 
 
 def job_field(job: str, env: dict[str, str], field: str) -> str:

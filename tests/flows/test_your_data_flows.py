@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import make_project
-from shapes import tips
-from vcs import dvc
+from support.projects import make_project
+from support.shapes import tips
+from support.vcs import dvc
 
 from trainflow import cli
 from trainflow.core.io import read_json

@@ -15,7 +15,7 @@ import torch
 HERE = Path(__file__).parent
 REASON = "no CUDA device: the GPU tier runs on a machine with an NVIDIA GPU (bash scripts/gpu_check.sh)"
 
-# The engine tests' helpers (engine_kit: tiny data, models, the state comparisons; test_host_sync's windows) are
+# The engine tests' helpers beside them (engine_kit: tiny data, models, the state comparisons; dist_ranks) are
 # reused as they are. pytest puts tests/engine on the path only when it collects a file there: put it there for this
 # tier alone too.
 sys.path.insert(0, str(HERE.parent / "engine"))

@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from conftest import make_project
 from engine_kit import BASE
+from support.projects import make_project
 
 from trainflow.core.io import read_json
 from trainflow.core.paths import Paths

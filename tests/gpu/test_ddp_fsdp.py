@@ -17,7 +17,7 @@ from typing import Any
 import dist_ranks
 import pytest
 import torch
-from test_distributed import BY_KIND, assert_same_history, assert_same_tensors, relative, without_key_bias
+from support.ranks import BY_KIND, assert_same_history, assert_same_tensors, relative, without_key_bias
 
 from trainflow.engine import distributed
 from trainflow.engine.distributed import Group

@@ -19,7 +19,7 @@ import dist_ranks
 import pytest
 import torch
 from engine_kit import mlp, table, text_data, text_model
-from test_host_sync import poison, windows
+from support.host_sync import poison, windows
 from torch import nn
 
 from trainflow.engine.loaders import Dataset
@@ -112,7 +112,7 @@ def test_train_step_never_waits_for_the_gpu(
 def test_an_hf_model_step_never_waits_for_the_gpu(tmp_path: Path, kind: str, attention: str) -> None:
     """Tiny random Transformers models built here (no download), as tests/engine/test_host_sync.py builds them:
     an encoder and two decoders, activation checkpointing and layer decay on, as users run them."""
-    from conftest import tiny_bert, tiny_decoder
+    from support.tiny_models import tiny_bert, tiny_decoder
 
     from trainflow.models import hf
 

@@ -12,8 +12,8 @@ from typing import Any
 import pandas as pd
 import pytest
 import torch
-from conftest import make_project
 from safetensors.torch import load_file
+from support.projects import make_project
 
 from trainflow.artifacts.predict import WEIGHTS
 from trainflow.core.io import read_json

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_crash_resume import same_run
+from support.crash_runs import same_run
 
 SCRIPT = Path(__file__).with_name("cuda_crash_run.py")
 TOTAL_UPDATES = 4 * 13  # 4 epochs of ceil(203 / 16) windows

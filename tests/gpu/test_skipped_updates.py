@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 from engine_kit import InfGrads, bitwise_equal, mlp, reference, rel, table, training_state
-from test_skips import BAD, LR, OPTIMIZERS
+from support.skips import BAD, LR, OPTIMIZERS
 from torch import nn
 from torch.nn import functional as F
 

@@ -6,7 +6,7 @@ the registry write) after a random delay — then rerun the same command to comp
 (`check`). tests/reliability/test_kill_anywhere.py runs a few rounds; bench/soak.py runs many (default 50).
 
 The project is the repo's pipeline on the built-in iris data, trained briefly, with the default DVC remote; runs go
-through one Prefect server (tests/servers.py), as scheduled runs do.
+through one Prefect server (tests/support/servers.py), as scheduled runs do.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import FAST, make_project
 from safetensors.torch import load_file, save_file
+from support.projects import FAST, make_project
 
 pytestmark = pytest.mark.slow
 

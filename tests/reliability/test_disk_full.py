@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import make_project
-from vcs import DVC
+from support.projects import make_project
+from support.vcs import DVC
 
 from trainflow.engine.checkpoint import load_checkpoint
 

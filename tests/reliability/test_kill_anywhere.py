@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterator
 
 import chaos
 import pytest
-from conftest import make_project
-from servers import PrefectServer, prefect_server
+from support.projects import make_project
+from support.servers import PrefectServer, prefect_server
 
 pytestmark = pytest.mark.slow  # README line 2 stays under 10 minutes; CI runs the slow tier after it
 

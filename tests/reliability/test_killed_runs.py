@@ -25,8 +25,8 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
-from conftest import FAST, make_project
-from vcs import DVC, dvc
+from support.projects import FAST, make_project
+from support.vcs import DVC, dvc
 
 
 @pytest.mark.slow  # 18 s: README line 2 stays under 10 minutes (CI runs the slow tier after it)

@@ -9,7 +9,6 @@ import http.server
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -21,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import make_project, wait_for_http
+from support.projects import make_project
+from support.servers import free_port, wait_for_http
 
 from trainflow import cli
 from trainflow.core import outage
@@ -32,12 +32,6 @@ from trainflow.params import load_params
 from trainflow.stages import run_stage
 
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Server:

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FAST, make_project
+from support.projects import FAST, make_project
 
 pytestmark = pytest.mark.slow
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import blobs
 from PIL import Image
+from support.projects import blobs
 
 from trainflow.artifacts.predict import ExportedModel
 from trainflow.cli import main

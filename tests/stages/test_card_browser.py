@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import blobs
 from PIL import Image
+from support.projects import blobs
 
 from trainflow.core.paths import Paths
 from trainflow.params import load_params

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import make_project
+from support.projects import make_project
 
 from trainflow.artifacts.predict import ExportedModel
 from trainflow.baselines import split_metrics
@@ -154,7 +154,7 @@ def test_schema_drift_and_appended_rows(tmp_path: Path) -> None:
 def test_a_table_model_s_saved_preprocessing_holds_no_text_length(tmp_path: Path) -> None:
     """features.max_length is about text: a table's preprocess.json (part of models/final, which register and DVC
     compare byte for byte) says 0, whatever features.max_length is, as the models exported so far do."""
-    from conftest import blobs
+    from support.projects import blobs
 
     from trainflow.data.preprocess import Preprocessor
     from trainflow.data.schema import Schema

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import make_project
 from safetensors.torch import load_file
+from support.projects import make_project
 
 pytestmark = pytest.mark.slow
 

@@ -10,10 +10,10 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from conftest import blobs
 from sklearn.ensemble import HistGradientBoostingClassifier
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import accuracy_score, f1_score, log_loss
+from support.projects import blobs
 
 from trainflow import baselines
 from trainflow.artifacts.predict import ExportedModel

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import model_run
 from sklearn.metrics import r2_score
+from support.projects import model_run
 
 from trainflow.params import RegisterParams
 from trainflow.registry import gate, registry

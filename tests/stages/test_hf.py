@@ -12,7 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import make_project, tiny_bert
+from support.projects import make_project
+from support.reviews import FILLER, NEGATIVE, POSITIVE, reviews
+from support.tiny_models import tiny_bert
 
 from trainflow import cli
 from trainflow.artifacts.predict import ExportedModel
@@ -23,25 +25,7 @@ from trainflow.models import hf
 from trainflow.params import load_params
 from trainflow.stages import run_stage
 
-POSITIVE = ["good", "great", "fine", "lovely", "superb"]
-NEGATIVE = ["bad", "awful", "poor", "boring", "dull"]
-FILLER = ["the", "a", "movie", "was", "plot", "actor", "i", "it", "this", "film", "and", "very"]
 LR, DECAY = 2e-3, 0.8
-
-
-def reviews(n: int, seed: int = 0) -> pd.DataFrame:
-    """Half positive, half negative: a few sentiment words among filler (some of the other side's, as noise)."""
-    rng = np.random.default_rng(seed)
-    rows = []
-    for i in range(n):
-        label = "pos" if i % 2 == 0 else "neg"
-        words = list(rng.choice(FILLER, size=rng.integers(3, 8)))
-        words += list(rng.choice(POSITIVE if label == "pos" else NEGATIVE, size=2))
-        if rng.random() < 0.3:
-            words.append(str(rng.choice(NEGATIVE if label == "pos" else POSITIVE)))
-        rng.shuffle(words)
-        rows.append((" ".join(words) + ".", label))
-    return pd.DataFrame(rows, columns=["text", "label"])
 
 
 @pytest.fixture(scope="module")

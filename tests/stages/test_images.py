@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import make_project
-from PIL import Image
+from support.images import shapes
+from support.projects import make_project
 
 from trainflow import cli
 from trainflow.artifacts.predict import ExportedModel
@@ -23,20 +23,6 @@ from trainflow.core.io import read_json
 from trainflow.core.paths import Paths
 from trainflow.params import load_params
 from trainflow.stages import run_stage
-
-COLOURS = {"red": (220, 30, 30), "green": (30, 200, 40), "blue": (40, 60, 230)}
-
-
-def shapes(folder: Path, per_class: int = 20) -> None:
-    """<folder>/<colour>/<i>.png: 8x8 squares of a colour at random places on a noisy background."""
-    rng = np.random.default_rng(0)
-    for name, colour in COLOURS.items():
-        (folder / name).mkdir(parents=True)
-        for i in range(per_class):
-            x = rng.integers(0, 60, (8, 8, 3))
-            top, left, size = rng.integers(0, 4), rng.integers(0, 4), rng.integers(3, 5)
-            x[top : top + size, left : left + size] = colour
-            Image.fromarray(x.astype(np.uint8)).save(folder / name / f"{i:02d}.png")
 
 
 @pytest.fixture

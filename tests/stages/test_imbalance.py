@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import make_project
+from support.projects import make_project
+from support.stages import trainflow
 
-from trainflow import cli
 from trainflow.core.io import read_json
 from trainflow.core.paths import Paths
 
@@ -21,11 +21,6 @@ def imbalanced(n: int = 3000, seed: int = 0) -> pd.DataFrame:
     rare = rng.random(n) < 0.05
     x = rng.normal(0, 1, (n, 2)) + np.where(rare[:, None], 1.6, 0.0)
     return pd.DataFrame({"f0": x[:, 0], "f1": x[:, 1], "label": np.where(rare, "rare", "common")})
-
-
-def trainflow(root: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> int:
-    monkeypatch.chdir(root)
-    return cli.main(list(args))
 
 
 def rare_recall(root: Path) -> float:

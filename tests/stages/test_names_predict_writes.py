@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import FAST, blobs, make_project
+from support.projects import FAST, blobs, make_project
 
 from trainflow import cli
 from trainflow.core.errors import DataError

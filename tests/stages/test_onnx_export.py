@@ -15,9 +15,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import blobs, make_project, tiny_bert
-from test_hf import FILLER, NEGATIVE, POSITIVE, reviews
-from test_images import shapes
+from support.images import shapes
+from support.projects import blobs, make_project
+from support.reviews import FILLER, NEGATIVE, POSITIVE, reviews
+from support.tiny_models import tiny_bert
 
 from trainflow import cli
 from trainflow.artifacts.export import export

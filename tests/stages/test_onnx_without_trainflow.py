@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from conftest import make_project
+from support.projects import make_project
 
 from trainflow import cli
 from trainflow.artifacts.onnx import ONNX

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import make_project
+from support.projects import make_project
 
 from trainflow.core.io import read_json
 from trainflow.core.paths import Paths

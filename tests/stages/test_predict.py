@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -16,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import FAST, blobs, fresh_copy, make_project, run_blobs_once, wait_for_http
+from support.projects import FAST, blobs, fresh_copy, make_project, run_blobs_once
+from support.servers import free_port, wait_for_http
 
 from trainflow import cli
 from trainflow.artifacts.predict import ExportedModel
@@ -167,12 +167,6 @@ def test_predict_regression_matches_evaluate(tmp_path: Path, monkeypatch: pytest
             "n_test": len(out),
         }
     )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.mark.slow

@@ -7,7 +7,6 @@ tests/flows/test_preempt_flow.py.)"""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import random
 import shutil
@@ -19,8 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import make_project
-from signals import ON_LINUX, signalled_at, snapshot, stage_train, stderr_of
+from support.projects import make_project
+from support.signals import ON_LINUX, digest, signalled_at, snapshot, stage_train, stderr_of
 
 from trainflow.core.errors import PREEMPTED
 from trainflow.core.io import read_json
@@ -51,10 +50,6 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
 
 def copy(reference: tuple[Path, str], tmp_path: Path) -> Path:
     return Path(shutil.copytree(reference[0], tmp_path / "proj"))
-
-
-def digest(root: Path) -> str:
-    return hashlib.sha256((Paths(root).final / "model.safetensors").read_bytes()).hexdigest()
 
 
 def train(root: Path, env: dict[str, str] | None = None, expect: int = 0) -> str:

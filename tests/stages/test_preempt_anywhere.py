@@ -5,10 +5,10 @@ ends with the uninterrupted run's weights, bit for bit.
 Every signal at every moment, on one process and on two (slow tier; `cases` says how they are paired; the default
 tier runs a few of these moments on one process, in test_preempt.py). SIGTERM and SIGUSR1 go to the process started
 (on two processes: the launcher, which passes them on to its ranks), SIGINT to the whole process group. The moments
-(failpoints that stop the process reaching them, see tests/signals.py; on two processes, rank 0): before the ranks
-start, before the data is read, before fit (MLflow's run started), after update 3 of 21, before the export, before
-the model's MLflow logging. Before the last update: exit 75 and the rerun resumes (or starts afresh, where nothing
-was written); after it: exit 0, the outputs whole.
+(failpoints that stop the process reaching them, see tests/support/signals.py; on two processes, rank 0): before the
+ranks start, before the data is read, before fit (MLflow's run started), after update 3 of 21, before the export,
+before the model's MLflow logging. Before the last update: exit 75 and the rerun resumes (or starts afresh, where
+nothing was written); after it: exit 0, the outputs whole.
 
 The rerun after a stop is the next case's run of the same project (`chains`): each run of a chain is signalled at its
 own moment, and the last, after the last update, ends with the uninterrupted run's weights. A stop before training
@@ -18,13 +18,12 @@ nothing the chain does not.)"""
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 from pathlib import Path
 
 import pytest
-from conftest import make_project
-from signals import BIN, ON_LINUX, signalled_at, snapshot
+from support.projects import make_project
+from support.signals import BIN, ON_LINUX, digest, signalled_at, snapshot
 
 from trainflow.core.errors import PREEMPTED
 from trainflow.core.paths import Paths
@@ -40,10 +39,6 @@ BY_WORLD = {1: {"train.batch_size": 16}, 2: {"train.batch_size": 8, "train.world
 SIGNALS = [("SIGTERM", "stage"), ("SIGUSR1", "stage"), ("SIGINT", "group")]
 BEFORE = ["train-launch:1", "train-setup:1", "train-fit:1", "update:3"]  # exit 75, then a rerun
 AFTER = ["train-export:1", "train-log:1"]  # exit 0
-
-
-def digest(root: Path) -> str:
-    return hashlib.sha256((Paths(root).final / "model.safetensors").read_bytes()).hexdigest()
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import blobs, model_run, retrain
 from mlflow.exceptions import MlflowException, RestException
 from mlflow.protos.databricks_pb2 import (
     ENDPOINT_NOT_FOUND,
@@ -25,6 +24,7 @@ from mlflow.protos.databricks_pb2 import (
     TEMPORARILY_UNAVAILABLE,
 )
 from scipy.stats import binomtest
+from support.projects import blobs, model_run, retrain
 
 from trainflow.artifacts.predict import ExportedModel
 from trainflow.core import outage
@@ -593,7 +593,7 @@ def test_a_name_holds_one_kind_of_model_and_auto_names_new_data_after_itself(tra
 
 
 def test_auto_names_the_default_data_as_before(tmp_path: Path) -> None:
-    from conftest import make_project
+    from support.projects import make_project
 
     from trainflow.params import default_model_name
 

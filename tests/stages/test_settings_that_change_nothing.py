@@ -10,29 +10,16 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from support.event_files import scalars
+from support.stages import run_all
 
 from trainflow.core.io import read_json
 from trainflow.core.paths import Paths
-from trainflow.params import load_params, write_overrides
-from trainflow.stages import STAGES, run_stage
-
-
-def run_all(root: Path, stages: tuple[str, ...] = STAGES) -> dict[str, dict]:
-    paths = Paths(root)
-    return {s: run_stage(s, load_params(paths.params), paths) for s in stages}
+from trainflow.params import write_overrides
 
 
 def digests(folder: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
-
-
-def scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
-    """Every scalar in the event files of `folder`, as TensorBoard reads them: {tag: [(step, value), ...]}."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})  # 0: keep every point
-    acc.Reload()
-    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 
 def test_a_rerun_for_a_setting_that_changes_nothing_exports_the_same_bytes_and_registers_no_version(

@@ -8,19 +8,14 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import retrain
+from support.projects import retrain
+from support.stages import run_all
+from support.stages import trainflow as _cli
 
-from trainflow import cli
 from trainflow.core.errors import DataError, ServiceError
 from trainflow.core.io import read_json, write_json
 from trainflow.core.paths import Paths
 from trainflow.params import load_params, write_overrides
-from trainflow.stages import STAGES, run_stage
-
-
-def run_all(root: Path, stages: tuple[str, ...] = STAGES) -> dict[str, dict]:
-    paths = Paths(root)
-    return {s: run_stage(s, load_params(paths.params), paths) for s in stages}
 
 
 def champion(name: str) -> str:
@@ -231,11 +226,6 @@ def test_a_killed_stage_leaves_every_output_whole(trained: Path, stage: str, fai
     assert written and all(whole(k) for k in written)
     if failpoint in ("update:3", "rename-final:1", "rename-test:1"):  # before its first output: all as before
         assert all(after[k] == before[k] for k in written)
-
-
-def _cli(root: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> int:
-    monkeypatch.chdir(root)
-    return cli.main(list(args))
 
 
 def _snapshot(root: Path) -> dict[str, bytes]:

@@ -4,7 +4,6 @@ trained weights are the in-memory run's, bit for bit, also when a streamed run i
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -15,7 +14,8 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import torch
-from conftest import make_project
+from support.files import digest
+from support.projects import make_project
 
 from trainflow.artifacts.predict import model_inputs
 from trainflow.core.io import read_json
@@ -76,10 +76,6 @@ def read_split(paths: Paths, name: str) -> pd.DataFrame:
 
 
 both_splits = pytest.mark.parametrize("project", ["streamed", "memory"], indirect=True)
-
-
-def digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def train(root: Path, *overrides: str) -> str:

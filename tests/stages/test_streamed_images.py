@@ -7,7 +7,6 @@ images read whole."""
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -23,8 +22,9 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import torch
-from conftest import make_project
 from PIL import Image
+from support.files import digest
+from support.projects import make_project
 
 from trainflow.core.errors import DataError
 from trainflow.core.paths import SPLITS, Paths
@@ -47,10 +47,6 @@ def images(folder: Path, n: int = 240, size: int = 12, seed: int = 0) -> None:
         pixels = np.clip(rng.normal(70 + 60 * (i % 3), 45, (size, size, 3)), 0, 255).astype(np.uint8)
         (folder / label).mkdir(parents=True, exist_ok=True)
         Image.fromarray(pixels).save(folder / label / f"{i:04d}.png")
-
-
-def digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def project(tmp_path: Path, name: str, budget: str, *overrides: str) -> Paths:

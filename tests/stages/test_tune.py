@@ -16,7 +16,8 @@ from typing import Any
 import pandas as pd
 import pytest
 import yaml
-from conftest import make_project, split_project
+from support.projects import make_project, split_project
+from support.sweeps import trials
 
 from trainflow.core.errors import ParamsError
 from trainflow.params import load_params
@@ -53,10 +54,6 @@ def runs(root: Path) -> list[Any]:
 
     client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
     return client.search_runs([client.get_experiment_by_name("trainflow").experiment_id])
-
-
-def trials(root: Path) -> pd.DataFrame:
-    return pd.read_csv(root / "reports/tune/trials.csv")
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,8 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from conftest import split_project
+from support.projects import split_project
+from support.sweeps import trials
 
 from trainflow.core.errors import ServiceError, UserError
 from trainflow.tune import runs as tune_runs
@@ -46,10 +47,6 @@ def runs(root: Path) -> list[Any]:
     client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("trainflow")
     return [] if experiment is None else client.search_runs([experiment.experiment_id])
-
-
-def trials(root: Path) -> pd.DataFrame:
-    return pd.read_csv(root / "reports/tune/trials.csv")
 
 
 @pytest.fixture(scope="module")

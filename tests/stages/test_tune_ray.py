@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import make_project
+from support.projects import make_project
 
 from trainflow.params import load_params
 

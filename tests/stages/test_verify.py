@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import FAST, make_project
-from vcs import git
+from support.projects import FAST, make_project
+from support.vcs import git
 
 from trainflow.cli import main
 from trainflow.stages import STAGES

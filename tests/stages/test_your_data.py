@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import make_project
-from shapes import cars, taxis, tips
+from support.projects import make_project
+from support.shapes import cars, taxis, tips
+from support.stages import trainflow
 
-from trainflow import cli
 from trainflow.artifacts.predict import ExportedModel
 from trainflow.core.io import read_json
 from trainflow.core.paths import Paths
@@ -27,11 +27,6 @@ def project(tmp: Path, name: str, frame: pd.DataFrame, **params: object) -> Path
     root = make_project(tmp / name, settings)
     frame.to_csv(root / "data" / "raw" / f"{name}.csv", index=False)
     return root
-
-
-def trainflow(root: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> int:
-    monkeypatch.chdir(root)
-    return cli.main(list(args))
 
 
 def pipeline(root: Path, monkeypatch: pytest.MonkeyPatch, *overrides: str) -> None:

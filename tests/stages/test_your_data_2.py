@@ -15,8 +15,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import blobs, make_project
 from PIL import Image
+from support.projects import blobs, make_project
+from support.stages import trainflow
 
 from trainflow import cli
 from trainflow.core.errors import ParamsError
@@ -25,11 +26,6 @@ from trainflow.core.paths import Paths
 from trainflow.data.sources import read_source
 from trainflow.params import DataParams, load_params, validate
 from trainflow.stages import run_stage
-
-
-def trainflow(root: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> int:
-    monkeypatch.chdir(root)
-    return cli.main(list(args))
 
 
 def overrides_in(text: str) -> list[str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import tiny_bert
+from support.tiny_models import tiny_bert
 from torch import nn
 
 from trainflow.models import hf

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import make_project
+from support.projects import make_project
 
 from trainflow import cli
 from trainflow.core.errors import DataError, UserError
@@ -198,7 +198,7 @@ def test_an_unreachable_server_is_a_service_error_after_the_file_is_in_place(
     project: Paths, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from prefect.settings import PREFECT_API_URL, temporary_settings
-    from servers import free_port
+    from support.servers import free_port
 
     new = table(tmp_path / "feb.csv", range(40, 70))
     with temporary_settings({PREFECT_API_URL: f"http://127.0.0.1:{free_port()}/api"}):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import committed
+from support.projects import committed
 
 from trainflow import cli
 from trainflow.core.errors import ParamsError
@@ -44,12 +44,6 @@ def test_the_default_cron_is_one_prefect_accepts() -> None:
 
     # params.py skips importing Prefect for the default expression; this is the check it relies on.
     assert CronSchedule(cron=DEFAULT_CRON, timezone="UTC").cron == DEFAULT_CRON
-
-
-@pytest.fixture
-def params_file(tmp_path: Path) -> Path:
-    (tmp_path / "params.yaml").write_bytes(committed("params.yaml")["params.yaml"])
-    return tmp_path / "params.yaml"
 
 
 @pytest.mark.parametrize("cron", ["0 3 * *", "61 3 * * *", "H 3 * * *", "every night"])

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import committed
+from support.projects import committed
 
 from trainflow.stages import STAGES
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import subprocess
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
@@ -17,6 +16,7 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 import pytest
+from support.vcs import git_stdout as _git
 
 from trainflow.core.io import write_json
 from trainflow.core.paths import Paths
@@ -766,10 +766,6 @@ def test_param_changes_are_old_to_new_sorted_with_unset_for_a_missing_side() -> 
     ]
     assert changes._param_changes(None, {"a": "1"}) is None
     assert changes._param_changes({}, {}) == []
-
-
-def _git(root: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=root, check=True, capture_output=True, text=True).stdout.strip()
 
 
 def test_code_changes_are_the_package_and_root_modules_git_changed_and_unknown_without_a_commit(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import model_run
+from support.projects import model_run
 
 from trainflow import tracking
 from trainflow.artifacts import manifest

@@ -6,7 +6,7 @@ Optuna trial, and what the worker process prints.
 Ray is a stand-in module (its trial id and the reports a trial makes) or, for `ray_backend.run`, Ray's own module
 with its Tuner, search and scheduler replaced by recorders; training is the train stage's `setup` replaced by one that
 logs a fixed history. Expected values are written out by hand from those histories; the project is
-test_tune_in_process's iris project (its own MLflow store)."""
+support/sweeps.py's iris project (its own MLflow store)."""
 
 from __future__ import annotations
 
@@ -22,9 +22,8 @@ from typing import Any
 
 import pandas as pd
 import pytest
-import test_tune_in_process as in_process
-from test_survivors_tune import stand_in_ray, trial_spec
-from test_tune_in_process import CURRENT, mlflow_runs, sweep_params
+from support import sweeps
+from support.sweeps import CURRENT, mlflow_runs, stand_in_ray, sweep_params, trial_spec
 
 import trainflow.stages.train
 from trainflow import tune
@@ -37,7 +36,7 @@ from trainflow.tune import runs as tune_runs
 from trainflow.tune import study as tune_study
 from trainflow.tune.study import PARENT_RUN, claim, open_study
 
-prepared, project = in_process.prepared, in_process.project  # the iris project, split once per module
+prepared, project = sweeps.prepared, sweeps.project  # the iris project, split once per module
 
 E, F = ray_backend.ENDED, ray_backend.FAILED
 
@@ -712,7 +711,7 @@ def tiny_study(params_file: Path, minimize: bool = True) -> Any:
     from datetime import datetime, timedelta
 
     from optuna.trial import TrialState, create_trial
-    from test_tune_in_process import ended, hand_made
+    from support.sweeps import ended, hand_made
 
     from trainflow.params import load_params
 

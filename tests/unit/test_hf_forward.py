@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import tiny_bert, tiny_decoder
+from support.tiny_models import tiny_bert, tiny_decoder
 
 from trainflow.models import hf
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO
+from support.projects import REPO
 
 from trainflow.params import load_params, write_overrides
 

@@ -8,14 +8,14 @@ from typing import Any
 
 import pandas as pd
 import pytest
-import test_tune_in_process as in_process
-from test_tune_in_process import mlflow_runs, sweep_params
+from support import sweeps
+from support.sweeps import mlflow_runs, sweep_params
 
 from trainflow.core.errors import DataError
 from trainflow.core.paths import Paths
 from trainflow.params import PipelineParams
 
-prepared, project = in_process.prepared, in_process.project  # the iris project and its own MLflow store
+prepared, project = sweeps.prepared, sweeps.project  # the iris project and its own MLflow store
 
 
 def test_a_missing_or_damaged_processed_table_says_how_to_restore_it(tmp_path: Path) -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import make_project
 from pydantic import ValidationError
+from support.projects import make_project
 
 from trainflow.core.errors import DataError
 from trainflow.core.paths import Paths

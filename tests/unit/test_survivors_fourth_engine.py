@@ -10,11 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
-import test_tune_in_process as in_process
 import torch
-from conftest import REPO, tiny_bert, tiny_decoder
 from optuna.trial import TrialState
-from test_tune_in_process import mlflow_runs, sweep_params
+from support import sweeps
+from support.nets import Net
+from support.projects import REPO
+from support.sweeps import mlflow_runs, sweep_params
+from support.tiny_models import tiny_bert, tiny_decoder
 from torch import nn
 
 from trainflow.engine import batch_size as bs
@@ -32,20 +34,13 @@ from trainflow.tune.study import CLAIMED, claim, open_study
 sys.path.insert(0, str(REPO / "tests" / "engine"))  # the engine tests' kit, as their own directory provides it
 try:
     from engine_kit import make_trainer
-    from test_exact_engine import RUN, data, fit, linear
+    from support.linear_run import RUN, data, fit, linear
 finally:
     sys.path.remove(str(REPO / "tests" / "engine"))
 
-prepared, project = in_process.prepared, in_process.project  # the iris project and its own MLflow store
+prepared, project = sweeps.prepared, sweeps.project  # the iris project and its own MLflow store
 
 # --- batch_size auto: the optimizer state of plain SGD ---------------------------------------------------------------
-
-
-class Net(nn.Sequential):
-    """A stack of layers called as trainflow calls its models: model(x=...)."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        return super().forward(x)
 
 
 def test_sgd_without_momentum_holds_no_optimizer_state_in_the_memory_estimate() -> None:

@@ -4,23 +4,21 @@ a worker that is first to open the study, the axis labels of the optimisation-hi
 reports, how it ends its MLflow run and how it records that run.
 
 The Ray trial (ray_backend.trial) runs in this process with a stand-in `ray` module (its trial id and the reports it
-makes), so these tests need no Ray; the project is test_tune_in_process's iris project (its own MLflow store)."""
+makes), so these tests need no Ray; the project is support/sweeps.py's iris project (its own MLflow store)."""
 
 from __future__ import annotations
 
 import io
 import json
-import sys
-import types
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pandas as pd
 import pytest
-import test_tune_in_process as in_process
 from optuna.trial import TrialState
-from test_tune_in_process import CURRENT, ended, get_run, hand_made, mlflow_runs, sweep_params
+from support import sweeps
+from support.sweeps import CURRENT, ended, get_run, hand_made, mlflow_runs, stand_in_ray, sweep_params, trial_spec
 
 import trainflow.stages.train
 from trainflow import tracking, tune
@@ -31,7 +29,7 @@ from trainflow.tune import runs as tune_runs
 from trainflow.tune import study as tune_study
 from trainflow.tune.study import PARENT_RUN, open_study
 
-prepared, project = in_process.prepared, in_process.project  # the iris project, split once per module
+prepared, project = sweeps.prepared, sweeps.project  # the iris project, split once per module
 
 
 def ended_study(root: Path, budget: int) -> None:
@@ -137,20 +135,6 @@ def test_the_history_plot_puts_the_trial_on_x_and_the_metric_on_y(
 
 
 # --- ray_backend.trial, with a stand-in for Ray ----------------------------------------------------------------------
-
-
-def stand_in_ray(monkeypatch: pytest.MonkeyPatch, trial_id: str) -> list[dict[str, Any]]:
-    """`from ray import tune` gives a trial its id and keeps its reports (returned); Ray itself is not imported."""
-    reports: list[dict[str, Any]] = []
-    context = SimpleNamespace(get_trial_id=lambda: trial_id)
-    ray = types.ModuleType("ray")
-    ray.tune = SimpleNamespace(get_context=lambda: context, report=reports.append)  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "ray", ray)
-    return reports
-
-
-def trial_spec(root: Path, p: PipelineParams) -> dict[str, Any]:
-    return {"root": str(root), "params": p.model_dump(mode="json"), "metric": "val_loss", "data_hash": "dh"}
 
 
 def test_a_ray_trial_that_trains_to_its_end_reports_it_and_finishes_its_mlflow_run(

@@ -11,23 +11,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import make_project
 from mlflow.tracking import MlflowClient
+from support.event_files import scalars
+from support.projects import make_project
 
 from trainflow import tracking
 from trainflow.core.io import read_json
 from trainflow.core.paths import Paths
 from trainflow.params import load_params
 from trainflow.stages import run_stage
-
-
-def scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
-    """Every scalar in the event files of `folder`, as TensorBoard reads them: {tag: [(step, value), ...]}."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})  # 0: keep every point, no sampling
-    acc.Reload()
-    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 
 def float32(value: float) -> float:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from conftest import REPO, committed, make_project
+from support.projects import REPO, committed, make_project
 
 
 def git(root: Path, *args: str) -> None:

@@ -4,8 +4,8 @@ the results files and the best trial, the study's slots and claims, how a trial'
 ends, the MLflow run keys, the worker entry, the pure helpers of the Ray backend, and a whole two-trial sweep.
 
 Expectations come from hand-made studies (Optuna's create_trial), hand-computed values, or Optuna and MLflow read
-back; the project is iris made by the ingest and split stages in this process (no DVC; git only in conftest's
-cached read of the committed params.yaml)."""
+back; the project (tests/support/sweeps.py) is iris made by the ingest and split stages in this process (no DVC;
+git only in the cached read of the committed params.yaml)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ import json
 import math
 import os
 import re
-import shutil
 import socket
 import sys
 import warnings
@@ -28,17 +27,16 @@ import optuna
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO, committed
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
-from optuna.trial import FrozenTrial, TrialState, create_trial
+from optuna.trial import TrialState, create_trial
+from support import sweeps
+from support.sweeps import CURRENT, LR, SIZES, ended, get_run, hand_made, mlflow_runs, sweep_params
 
 import trainflow.stages.train
 from trainflow import tracking, tune
 from trainflow.core.errors import DiskFullError, ParamsError, ServiceError, UserError
 from trainflow.core.paths import Paths
 from trainflow.params import Dimension, PipelineParams, load_params, write_overrides
-from trainflow.registry import lineage
-from trainflow.stages import run_stage
 from trainflow.tune import ray_backend, results, runs, space, worker
 from trainflow.tune import runs as tune_runs
 from trainflow.tune import study as study_
@@ -60,89 +58,13 @@ from trainflow.tune.study import (
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-SWEEP = [
-    "data.source=builtin:iris",
-    "register.model_name=iris",
-    "train.epochs=1",
-    "train.batch_size=16",
-    "train.progress=false",
-    "tune.trials=2",
-    "tune.workers=1",
-]
-# The default space (params.yaml) as Optuna holds it; the committed params are lr 0.002, dropout 0.1, [256, 128].
-LR = FloatDistribution(1e-4, 1e-2, log=True)
-SIZES = CategoricalDistribution(["[128]", "[256, 128]", "[512, 256]"])
-CURRENT = {"train.lr": 0.002, "model.dropout": 0.1, "model.hidden_sizes": "[256, 128]"}
-
 
 def dims(spec: dict[str, dict[str, Any]]) -> dict[str, Dimension]:
     return {path: Dimension.model_validate(d) for path, d in spec.items()}
 
 
-def ended(state: str, value: float | None, lr: float, sizes: list[int], **kw: Any) -> FrozenTrial:
-    """A trial of the default space as Optuna stores it (hidden_sizes as its JSON text)."""
-    return create_trial(
-        state=TrialState[state],
-        value=value,
-        params={"train.lr": lr, "model.hidden_sizes": json.dumps(sizes)},
-        distributions={"train.lr": LR, "model.hidden_sizes": SIZES},
-        **kw,
-    )
-
-
-def hand_made(params: PipelineParams, trials: list[FrozenTrial], minimize: bool = True, budget: int = 0) -> Study:
-    s = optuna.create_study(direction="minimize" if minimize else "maximize")
-    for t in trials:
-        s.add_trial(t)
-    return Study(s, params, Path("unused"), budget or len(trials), "val_loss", minimize)
-
-
 # --- the project: iris split in this process, an MLflow database whose tables exist --------------------------------
-
-
-@pytest.fixture(scope="module")
-def prepared(tmp_path_factory: pytest.TempPathFactory, _empty_mlflow_store: Path) -> Path:
-    root = tmp_path_factory.mktemp("tune") / "proj"
-    root.mkdir()
-    (root / "params.yaml").write_bytes(committed("params.yaml")["params.yaml"])
-    shutil.copytree(
-        REPO / "trainflow" / "models", root / "trainflow" / "models", ignore=shutil.ignore_patterns("__pycache__")
-    )
-    write_overrides(root / "params.yaml", SWEEP)
-    paths = Paths(root)
-    for stage in ("ingest", "split"):
-        run_stage(stage, load_params(paths.params), paths)
-    shutil.copyfile(_empty_mlflow_store, root / "mlflow.db")  # its tables made (conftest): no migrations (~4 s)
-    return root
-
-
-@pytest.fixture
-def project(prepared: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A copy of the prepared project, its own MLflow store, and a fixed git commit (no `git` subprocess)."""
-    root = tmp_path / "proj"
-    shutil.copytree(prepared, root)
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
-    monkeypatch.setattr(lineage, "git_commit", lambda root: ("c0ffee", False))
-    monkeypatch.setattr(sys, "path", list(sys.path))  # the worker puts the project on it
-    return root
-
-
-def sweep_params(root: Path, *overrides: str) -> PipelineParams:
-    return load_params(root / "params.yaml", list(overrides))
-
-
-def mlflow_runs(root: Path, experiment: str = "trainflow") -> list[Any]:
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
-    found = client.get_experiment_by_name(experiment)
-    return [] if found is None else client.search_runs([found.experiment_id])
-
-
-def get_run(root: Path, run_id: str) -> Any:
-    from mlflow.tracking import MlflowClient
-
-    return MlflowClient(f"sqlite:///{root / 'mlflow.db'}").get_run(run_id)
+prepared, project = sweeps.prepared, sweeps.project  # the fixtures, in tests/support/sweeps.py
 
 
 def fake_training(

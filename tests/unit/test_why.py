@@ -3,15 +3,12 @@ unknown."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
+from support.vcs import git_stdout as git
+
 from trainflow.registry import changes
-
-
-def git(root: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=root, check=True, capture_output=True, text=True).stdout.strip()
 
 
 def files(rows: int, content: str = "a") -> dict[str, dict[str, object]]:

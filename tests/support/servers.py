@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -112,3 +112,19 @@ def prefect_server(home: Path) -> Iterator[PrefectServer]:
         yield server
     finally:
         server.stop()
+
+
+def wait_for_http(url: str, alive: Callable[[], str | None], seconds: float, interval: float = 0.3) -> None:
+    """Poll `url` until it answers 200; `alive()` returns why the server process died (None while it runs)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        died = alive()
+        assert died is None, died
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, f"{url} did not answer in {seconds:g} s"
+        time.sleep(interval)

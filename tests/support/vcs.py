@@ -55,3 +55,8 @@ def snapshot(root: Path, rels: list[str]) -> dict[str, bytes]:
 
 def mtimes(root: Path, rels: list[str]) -> dict[str, int]:
     return {rel: (root / rel).stat().st_mtime_ns for rel in snapshot(root, rels)}
+
+
+def git_stdout(root: Path, *args: str) -> str:
+    """`git ARGS` in `root` as it is configured (no identity set here): its stdout, stripped; raises if it fails."""
+    return subprocess.run(["git", *args], cwd=root, check=True, capture_output=True, text=True).stdout.strip()

@@ -7,6 +7,7 @@ the signal is handled as if it had arrived at that very point. Linux only (it re
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import subprocess
@@ -14,6 +15,8 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from trainflow.core.paths import Paths
 
 BIN = Path(sys.executable).parent
 ON_LINUX = sys.platform.startswith("linux")
@@ -84,3 +87,7 @@ def snapshot(root: Path, *folders: str) -> dict[str, bytes]:
     """Every file under these folders of root, by relative path: what a stage may not have changed."""
     return {str(p.relative_to(root)): p.read_bytes() for f in folders for p in sorted((root / f).rglob("*"))
             if p.is_file()}  # fmt: skip
+
+
+def digest(root: Path) -> str:
+    return hashlib.sha256((Paths(root).final / "model.safetensors").read_bytes()).hexdigest()
