@@ -2,7 +2,7 @@
 
 With no PREFECT_API_URL, Prefect starts a temporary API server as a child process on first use and stops it at exit.
 A run killed with SIGKILL (the OOM killer, a preempted machine, `kill -9`) never reaches exit, so the server lived on
-as an orphan, one per killed run, each holding ~230 MB and a port until the machine rebooted. Here the server is
+as an orphan, one per killed run, each holding memory and a port until the machine rebooted. Here the server is
 started before the flow, from the main thread, as a child that the kernel signals when its parent dies
 (PR_SET_PDEATHSIG). Prefect's clients find it already running: it is the instance they would have started.
 

@@ -61,7 +61,7 @@ def _overrides(parser: argparse.ArgumentParser, written: bool = True) -> None:
 
 def package_version() -> str:
     """The installed trainflow's version (its package metadata); the source's own outside an installed copy."""
-    import importlib.metadata  # ~40 ms to import: only for --version, so `trainflow --help` stays instant
+    import importlib.metadata  # not free to import: only for --version, so `trainflow --help` stays instant
 
     try:
         return importlib.metadata.version("trainflow")
@@ -647,8 +647,9 @@ def _run(args: argparse.Namespace, paths: Paths) -> int:
         from tasks import dvc
 
         if not dvc.changed_stages(paths.root):
-            # Nothing to run: answer in a second or two, without starting Prefect's local server (~10-20 s). On a
-            # Prefect server the flow runs anyway, so every run is recorded there.
+            # Nothing to run: answer quickly, without starting Prefect's local server, which would take most of the
+            # time (BENCHMARKS.md, "A `trainflow run` with nothing to do"). On a Prefect server the flow runs anyway,
+            # so every run is recorded there.
             push_unchanged(paths)
             print(summary(paths, {stage: {"skipped": True} for stage in STAGES}))
             return 0
@@ -668,7 +669,7 @@ def _run(args: argparse.Namespace, paths: Paths) -> int:
 
 
 def prefect_api_url() -> str | None:
-    """PREFECT_API_URL from the environment or the active Prefect profile, read without importing Prefect (~1 s)."""
+    """PREFECT_API_URL from the environment or the active Prefect profile, read without importing Prefect (slow)."""
     if url := os.environ.get("PREFECT_API_URL"):
         return url
     import tomllib
@@ -685,7 +686,7 @@ def prefect_api_url() -> str | None:
 
 def push_unchanged(paths: Paths) -> None:
     """deploy.push for a run with nothing to do: the outputs may still be missing from the remote (a push that
-    failed last time), and pushing what is there costs about half a second."""
+    failed last time), and pushing what is there costs little."""
     from tasks import dvc
     from trainflow.params import load_params
 

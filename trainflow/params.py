@@ -990,7 +990,7 @@ def _check_path(path: str) -> str | None:
 def check_cron(expr: str) -> str:
     """Validate a cron expression the way Prefect's scheduler will read it.
 
-    Prefect's check lives behind `import prefect` (~1 s), which every `trainflow stage` process would pay on
+    Prefect's check lives behind `import prefect`, a slow import that every `trainflow stage` process would pay on
     loading params; the default expression is known good (a unit test runs it through Prefect), so only a
     changed one is checked there.
     """

@@ -554,7 +554,7 @@ def log_pyfunc(run_id: str, final: Path, example: Any, flavor: str = "package") 
             else {"python_model": str(package / "serving_code.py"), "artifacts": {"model_dir": str(final)},
                   "code_paths": [str(package), *user]}
         )  # fmt: skip
-        # Listing requirements skips MLflow's ~9 s inference of them.
+        # Listing requirements skips MLflow's slow inference of them.
         info = mlflow.pyfunc.log_model(name="model", signature=signature, pip_requirements=requirements, **how)
     client = MlflowClient()
     client.set_tag(run_id, MODEL_HASH_TAG, model_hash(final))

@@ -24,11 +24,11 @@ of the highest score (the first on a tie), as `trainflow predict`'s `prediction`
 
 Why ONNX, and why torch's TorchScript-based exporter: ONNX is what serving stacks load without Python (a
 `torch.export` program needs torch to run), and it can hold the preprocessing of strings (a `torch.export` program
-cannot). The TorchScript-based exporter traces the model in about 0.3 s, needs only the `onnx` package and gave mlp,
-cnn, text_transformer and text_bag within 2e-7 of torch; the dynamo-based one took 6 s for the MLP and needs
-onnxscript. Its output is the same bytes for the same weights (so an unchanged retrain still exports byte for byte,
-and register adds no version). The tables' preprocessing is written with `onnx.helper` (strings and NaN tests are
-not traceable) and joined in front of the traced model.
+cannot). The TorchScript-based exporter traces a model quickly, needs only the `onnx` package and gave mlp, cnn,
+text_transformer and text_bag within float32 rounding of torch (BENCHMARKS.md, "ONNX export"); the dynamo-based one
+was many times slower on the MLP and needs onnxscript. Its output is the same bytes for the same weights (so an
+unchanged retrain still exports byte for byte, and register adds no version). The tables' preprocessing is written
+with `onnx.helper` (strings and NaN tests are not traceable) and joined in front of the traced model.
 
 A model the exporter cannot trace, or whose graph disagrees with torch by more than `TOLERANCE` on the example
 batches below (a model whose forward reads values on the host, say: tracing freezes them), gets no model.onnx: the

@@ -1,6 +1,6 @@
 """Progress on stderr that suits where stderr goes: a tqdm bar on a terminal; in a log (piped, or redirected to a file)
 one plain line every tenth of the way. A bar redraws itself with carriage returns several times a second, which a log
-keeps as text: 295 KB of bars in one piped log of a short run."""
+keeps as text: the bars would bury the piped log of even a short run."""
 
 from __future__ import annotations
 

@@ -63,9 +63,8 @@ def parquet_options(table: Any) -> dict[str, Any]:
     """How trainflow writes its tables: the keywords of pyarrow's ParquetWriter (and of DataFrame.to_parquet) for
     `table`, the pyarrow Schema written or the DataFrame. Dictionary encoding for every column but floats and the row
     key: a float column rarely repeats its values, and a row key (a 64-bit hash) never does, so the writer builds a
-    dictionary per row group only to give it up. Writing bench/out_of_core.py's 4M-row table in row groups of 128K
-    rows took 5.3 s with every column tried, 2.8 s with the floats left plain, and the file was no larger; leaving
-    the row key plain too made the 6M-row table 12 MiB (2%) smaller and its write 3% faster."""
+    dictionary per row group only to give it up: a slower write, and a file no smaller (BENCHMARKS.md, "Data larger
+    than memory")."""
     import pyarrow as pa
 
     if isinstance(table, pa.Schema):

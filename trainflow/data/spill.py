@@ -44,14 +44,11 @@ BATCH_ROWS = 1 << 17  # rows per record batch of a spilled column, and per row g
 def arrow_memory() -> Iterator[None]:
     """Arrow's buffers from its jemalloc allocator while ingest runs, where this pyarrow build has one (Linux wheels
     do); the pool before it again afterwards. The spilled ingest gives Arrow's freed memory back after each column
-    (`release_unused`): with mimalloc the next column then gets fresh pages, which is slow. Reading
-    bench/out_of_core.py's 4M-row spill a column at a time, 3 times: 7.4 s and 726 MiB peak RSS with mimalloc, 3.3 s
-    and 226 MiB with jemalloc. Ingest only: streamed train on 42M rows peaked at 2.13 GiB RSS with jemalloc, 1.71 GiB
-    with mimalloc.
+    (`release_unused`): with mimalloc the next column then gets fresh pages, which is slow, and the peak RSS is
+    higher. Ingest only: streamed train peaked higher with jemalloc than with mimalloc.
 
     jemalloc's decay is set to 0 first (its arenas are made with it): freed pages go back to the OS at once, not over
-    the next second. bench/out_of_core.py's 60M-row ingest, two runs each: peak RSS 2.24 and 1.98 GiB without,
-    1.85 and 1.85 GiB with it."""
+    the next second, which lowers ingest's peak RSS (BENCHMARKS.md, "Data larger than memory")."""
     before = pa.default_memory_pool()
     with contextlib.suppress(NotImplementedError):  # a build without it (not Linux): Arrow's default stays
         pa.jemalloc_set_decay_ms(0)
@@ -201,8 +198,8 @@ class ColumnSpill:
     back whole (`series`) or a batch of rows of every column at a time (`write_table`). A numeric column that is a raw
     column of `raw` as float64 is not written at all (`link`): it is read from the raw spill again, converted.
 
-    Linking: bench/out_of_core.py's 60M-row ingest spent 38 of its 300 s converting and writing the 17 numeric
-    columns (7.6 GiB, uncompressed), the same values the raw spill holds, and 16 s more deleting the spill."""
+    Linking: without it a large ingest spends a good share of its time converting and writing its numeric columns,
+    the same values the raw spill holds, and more deleting the spill (BENCHMARKS.md, "Data larger than memory")."""
 
     def __init__(self, folder: Path, batch_rows: int | None = None, raw: SpilledFrame | None = None) -> None:
         self.folder, self.raw = folder, raw
@@ -259,9 +256,9 @@ class ColumnSpill:
     def put(self, name: str, values: Any) -> None:
         """Store a whole column, converted to Arrow a batch of rows at a time where its Arrow type is certain: its
         dtype's, or, for Python objects, strings' or bytes' when every value is one (the whole column's Arrow copy
-        would be as big as it: for 60M strings, 0.5 GiB more at ingest's peak). Objects of other or mixed types (ints
-        and floats from JSON) are converted whole, as pyarrow infers their type from all of them: converting a batch
-        to the type of another batch's values can change them (2.5 cast to an int64 is 2, silently)."""
+        would be as big as it, on top of ingest's peak). Objects of other or mixed types (ints and floats from JSON)
+        are converted whole, as pyarrow infers their type from all of them: converting a batch to the type of another
+        batch's values can change them (2.5 cast to an int64 is 2, silently)."""
         series = values if isinstance(values, pd.Series) else pd.Series(values, copy=False)
         objects = is_object_dtype(series.dtype)
         if objects and infer_dtype(series, skipna=True) not in ("string", "bytes"):

@@ -88,7 +88,7 @@ class Choice:
 
 
 # A split held in memory takes about this many times its Parquet data (uncompressed) at the peak of a stage: the
-# frame, the preprocessed matrix, the outputs (measured: evaluate held a 830 MiB test split in 4.7 GiB, 5.7x).
+# frame, the preprocessed matrix, the outputs (measured on evaluate: BENCHMARKS.md, "Data larger than memory").
 MEMORY_PER_TABLE_BYTE = 6
 
 

@@ -66,5 +66,5 @@ def configure_backends(params: TrainParams, device: torch.device) -> None:
         torch.backends.cudnn.benchmark = False
         torch.backends.cudnn.deterministic = True
         torch.use_deterministic_algorithms(True)
-    elif torch.are_deterministic_algorithms_enabled():  # the call imports torch._inductor (1.5 s): only if needed
+    elif torch.are_deterministic_algorithms_enabled():  # the call imports torch._inductor (slow): only if needed
         torch.use_deterministic_algorithms(False)

@@ -179,9 +179,9 @@ class TextBag(nn.Module):
     counted: the mean is over real tokens (and pairs of real tokens) only, so an output does not depend on how much
     padding follows its text.
 
-    Pairs are off by default: on bench/text_defaults.py's sets they won 10 points where a negation turns a word
-    around (sentiment) but lost 1.4 where topics share most words (they overfit); `model.kwargs: {buckets: 32000}`
-    turns them on."""
+    Pairs are off by default: on bench/text_defaults.py's sets they helped a lot where a negation turns a word around
+    (sentiment) but hurt where topics share most words (they overfit; BENCHMARKS.md, "The default text model on a
+    CPU"); `model.kwargs: {buckets: 32000}` turns them on."""
 
     PAIR = 1_000_003  # a pair (a, b) is row vocab_size + (a * PAIR + b) % buckets
 

@@ -1,6 +1,6 @@
-"""The model card of a registered version (issue 27, item 4): one Markdown page and one self-contained HTML page
-(plots embedded as data URIs), built from what the run wrote — registration.json, metrics.json, per_class.csv, the
-splits and the plots — and the model's outputs on the test rows.
+"""The model card of a registered version: one Markdown page and one self-contained HTML page (plots embedded as
+data URIs), built from what the run wrote — registration.json, metrics.json, per_class.csv, the splits and the
+plots — and the model's outputs on the test rows.
 
 Sections: lineage (commit, data hash, why the run ran: the changes since the champion), data (rows per split, class
 balance, rows new since the champion), test metrics with 95% bootstrap intervals, the paired comparison with the

@@ -1,4 +1,4 @@
-"""Why this run ran: what changed since the champion it would replace (issue 27, item 2).
+"""Why this run ran: what changed since the champion it would replace.
 
 Three things make a model: the data, the params, the code. Each registered version is tagged with what it was made
 from (`data_files`: rows and content hash of each source file, which ingest records in data/processed/sources.json;

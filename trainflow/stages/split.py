@@ -14,8 +14,8 @@ time, and gives each row its split by its time (`split_stream.assign_by_time`).
 Written: a split held in memory as a file of its own, data/splits/<name>.parquet. A streamed split is not copied: the
 processed table is linked in as data/splits/table.parquet (a second name for the same file, so data/splits still holds
 everything the later stages read) and data/splits/rows.npy gives each of its rows its split (a byte a row). The later
-stages read either through `stream.Split`: the same rows, columns and dtypes. Copying the three parts took 4.7 of the
-split's 9.7 s on bench/out_of_core.py's 6M rows.
+stages read either through `stream.Split`: the same rows, columns and dtypes. Copying the three parts would rewrite
+the whole table, about as much work as the rest of the split (BENCHMARKS.md, "Data larger than memory").
 """
 
 from __future__ import annotations
