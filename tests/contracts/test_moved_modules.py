@@ -60,7 +60,14 @@ def test_no_file_of_the_project_names_an_old_module_path() -> None:
     old = "|".join(re.escape(m) for m in sorted(MOVED, key=len, reverse=True))
     # a module reference: imported, or an attribute of it named (a tag name such as "trainflow.why" is neither)
     named = re.compile(rf"(?:from\s+({old})\s+import|import\s+({old})\b|\b({old})\.[A-Za-z_])")
-    allowed = {"trainflow/_moved.py", "pyproject.toml", "CHANGELOG.md", "tests/contracts/test_moved_modules.py"}
+    # BENCHMARKS.md is a log: a measurement names the modules as they were when it was made.
+    allowed = {
+        "trainflow/_moved.py",
+        "pyproject.toml",
+        "CHANGELOG.md",
+        "BENCHMARKS.md",
+        "tests/contracts/test_moved_modules.py",
+    }
     found = [
         f"{name}:{n}: {line.strip()}"
         for name in listed
