@@ -25,6 +25,7 @@ from mlflow.protos.databricks_pb2 import (
 )
 from scipy.stats import binomtest
 from support.projects import blobs, model_run, retrain
+from support.splits import splitmix64_by_hand
 
 from trainflow.artifacts.predict import ExportedModel
 from trainflow.core import outage
@@ -770,17 +771,6 @@ def test_each_run_says_what_changed_since_the_champion(trained: Path) -> None:
 # --- a champion trained on another split (split.seed, fractions, keys: another assignment) --------------------------
 
 
-def seeded_by_hand(raw: int, seed: int) -> int:
-    """split.seeded in plain Python ints: splitmix64's finaliser of raw XOR blake2b("trainflow.split:<seed>")."""
-    import hashlib
-
-    word = int.from_bytes(hashlib.blake2b(f"trainflow.split:{seed}".encode(), digest_size=8).digest(), "big")
-    z, mask = raw ^ word, 2**64 - 1
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
-    return z ^ (z >> 31)
-
-
 @pytest.mark.slow  # two trainings on 600 and 720 rows; the rule itself: test_rows_the_champion_trained_on_are_left_out
 def test_after_a_split_seed_change_the_gate_compares_only_test_rows_the_champion_never_trained_on(
     csv_project: Path,
@@ -846,7 +836,7 @@ def test_after_a_split_seed_change_the_gate_compares_only_test_rows_the_champion
     from pandas.util import hash_pandas_object
 
     hashed = hash_pandas_object(keyed[[ROW_KEY]], index=False).to_numpy()
-    np.testing.assert_array_equal(is_new, [seeded_by_hand(int(h), 42) not in held for h in hashed])
+    np.testing.assert_array_equal(is_new, [splitmix64_by_hand(int(h), 42) not in held for h in hashed])
     new_rows = test[is_new].merge(appended, on=columns)
     assert len(new_rows) == int(is_new.sum()) > 0  # the appended rows, exactly
     slices = {s["slice"]: s for s in c["slices"]}
