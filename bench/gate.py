@@ -255,7 +255,7 @@ def real_models(pairs: int) -> None:
         write_overrides(paths.params, overrides)
         params = load_params(paths.params)
         run_stage("train", params, paths)
-        metrics, rows = scored(ExportedModel.load(paths.final), params, paths)
+        metrics, rows = scored(ExportedModel.load(paths.final), paths, params.evaluate.batch_size, params.data)
         return float(metrics["accuracy"]), rows
 
     torch.set_num_threads(1)

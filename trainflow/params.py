@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import warnings
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -1029,6 +1030,15 @@ class PipelineParams(Section):
     tracking: TrackingParams = Field(default_factory=TrackingParams, description="MLflow tracking.")  # type: ignore[arg-type]
     deploy: DeployParams = Field(default_factory=DeployParams, description="Scheduled retraining (no stage).")  # type: ignore[arg-type]
     tune: TuneParams = Field(default_factory=TuneParams, description="Hyperparameter sweeps (no stage).")  # type: ignore[arg-type]
+
+    def sections(self, names: Iterable[str]) -> dict[str, Any]:
+        """{name: its value} of the named top-level params: what the dispatcher hands a stage (its keywords), so
+        that a stage's signature shows what it may read. The one place a stage's params are picked out of the
+        whole."""
+        unknown = [n for n in names if n not in type(self).model_fields]
+        if unknown:
+            raise ValueError(f"no top-level params named {', '.join(unknown)}")
+        return {n: getattr(self, n) for n in names}
 
     @model_validator(mode="after")
     def _model_name(self) -> PipelineParams:

@@ -12,6 +12,7 @@ import pytest
 import torch
 from support.nets import Net
 from support.projects import REPO, make_project
+from support.stages import fingerprint_of, training
 from torch import nn
 
 from trainflow.core.errors import ParamsError
@@ -233,12 +234,10 @@ def test_validation_names_the_fields_to_fix(params_file: Path) -> None:
 def test_the_fingerprint_keeps_the_params_as_written() -> None:
     """Another machine (another budget, so another split of the same global batch) resumes the run; another global
     batch retrains."""
-    from trainflow.engine.fingerprint import fingerprint
-
     base = PipelineParams()
 
     def fp(**train: Any) -> str:
-        return fingerprint(with_values(base, {f"train.{k}": v for k, v in train.items()}, "test"), "data", REPO)
+        return fingerprint_of(with_values(base, {f"train.{k}": v for k, v in train.items()}, "test"), "data", REPO)
 
     auto = fp(batch_size="auto", global_batch=64, memory_budget_mb=100)
     assert fp(batch_size="auto", global_batch=64, memory_budget_mb=5) == auto
@@ -271,7 +270,7 @@ def build(root: Path, tmp: Path, dropout: float = 0.1, **train: Any) -> Setup:
     values = {"train.epochs": 3, "train.progress": False, "train.resume": "never", "train.eval_every": 2,
               "model.dropout": dropout, **{f"train.{k}": v for k, v in train.items()}}  # fmt: skip
     params = with_values(load_params(paths.params), values, "test")
-    return setup(params, paths, CPU, Group(), tmp / f"ckpt-{len(list(tmp.iterdir()))}")
+    return setup(training(params), paths, CPU, Group(), tmp / f"ckpt-{len(list(tmp.iterdir()))}")
 
 
 def trained(root: Path, tmp: Path, **train: Any) -> tuple[dict[str, torch.Tensor], bs.Choice | None, TrainParams]:
@@ -323,7 +322,7 @@ def test_a_run_resumes_on_a_machine_that_splits_the_global_batch_otherwise(iris:
     def run(**train: Any) -> Setup:
         values = {"train.epochs": 2, "train.progress": False, "train.resume": "auto", "train.batch_size": "auto",
                   **{f"train.{k}": v for k, v in train.items()}}  # fmt: skip
-        built = setup(with_values(load_params(paths.params), values, "test"), paths, CPU, Group(), ckpt)
+        built = setup(training(with_values(load_params(paths.params), values, "test")), paths, CPU, Group(), ckpt)
         built.trainer.fit(built.train, built.val)
         return built
 

@@ -5,6 +5,7 @@ and the TF32 check of the FLOPs counter. Each compared with values worked out by
 
 from __future__ import annotations
 
+import json
 import signal
 import types
 import warnings
@@ -18,6 +19,7 @@ from torch import nn
 from trainflow.core.errors import Preempted, ServiceError, UserError
 from trainflow.engine import distributed as dist_
 from trainflow.engine.flops import _tf32_enabled
+from trainflow.params import PipelineParams
 
 
 class Net(nn.Module):
@@ -149,11 +151,19 @@ def test_the_train_stages_rank_entry_validates_params_makes_the_root_importable_
 
     calls: list[Any] = []
     monkeypatch.setattr(trainflow.stages, "importable", lambda root: calls.append(("importable", root)))
-    monkeypatch.setattr(stage, "train", lambda params, paths, world: calls.append((params, paths, world)) or {"ok": 1})
+
+    def train_ranks(params: Any, logged: Any, paths: Any, world: int) -> dict[str, int]:
+        calls.append((params, logged, paths, world))
+        return {"ok": 1}
+
+    monkeypatch.setattr(stage, "train_ranks", train_ranks)
     monkeypatch.setenv("WORLD_SIZE", "4")
-    assert stage._rank({"train": {"lr": 0.25}}, str(tmp_path)) == {"ok": 1}
+    sections = stage.Training(**PipelineParams.model_validate({"train": {"lr": 0.25}}).sections(stage.Training.names()))
+    raw = json.loads(json.dumps(sections.dump()))  # what the launcher sends: JSON
+    assert stage._rank(raw, {"logged": "as sent"}, str(tmp_path)) == {"ok": 1}
     assert calls[0] == ("importable", tmp_path)
-    params, paths, world = calls[1]
+    params, logged, paths, world = calls[1]
+    assert params == sections and logged == {"logged": "as sent"}
     assert (params.train.lr, paths.root, world) == (0.25, tmp_path, 4)
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from engine_kit import InfGrads, make_trainer, mlp, table, text_data
+from support.stages import training
 from torch.nn import functional as F
 
 from trainflow.core.errors import ParamsError
@@ -182,7 +183,7 @@ def test_the_train_stage_hands_label_smoothing_to_the_objective(tmp_path: Path) 
     paths = Paths(root)
     for stage in ("ingest", "split"):
         run_stage(stage, load_params(paths.params), paths)
-    built = setup(load_params(paths.params), paths, torch.device("cpu"), Group(), tmp_path / "ckpt")
+    built = setup(training(load_params(paths.params)), paths, torch.device("cpu"), Group(), tmp_path / "ckpt")
     batch = built.train.batch(torch.arange(16))
     logits = built.trainer.model(**batch.inputs).detach()
     got = built.trainer.objective.train_loss_sum(logits, batch.target).item()

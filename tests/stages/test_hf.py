@@ -14,6 +14,7 @@ import pytest
 import torch
 from support.projects import make_project
 from support.reviews import FILLER, NEGATIVE, POSITIVE, reviews
+from support.stages import fingerprint_of
 from support.tiny_models import tiny_bert
 
 from trainflow import cli
@@ -171,16 +172,14 @@ def test_a_hub_id_resolves_to_its_snapshot_in_the_local_cache(tmp_path: Path, mo
 
 
 def test_other_pretrained_files_are_another_fingerprint_so_a_checkpoint_is_not_resumed(tmp_path: Path) -> None:
-    from trainflow.engine.fingerprint import fingerprint
-
     root = make_project(tmp_path / "proj", {"model.name": "hf:pretrained/bert"})
     directory = tiny_bert(root / "pretrained/bert", ["good", "bad"])
     params = load_params(root / "params.yaml")
-    before = fingerprint(params, "data", root)
-    assert fingerprint(params, "data", root) == before
+    before = fingerprint_of(params, "data", root)
+    assert fingerprint_of(params, "data", root) == before
     tokenizer = directory / "tokenizer.json"
     tokenizer.write_text(tokenizer.read_text().replace('"good"', '"fine"'))  # another tokenizer, same size
-    assert fingerprint(params, "data", root) != before
+    assert fingerprint_of(params, "data", root) != before
 
 
 def test_a_logged_pretrained_model_lists_transformers_among_its_requirements(

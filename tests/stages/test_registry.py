@@ -471,7 +471,6 @@ def test_a_register_retry_after_tracking_was_down_takes_the_model_an_earlier_att
     """Train could not log the model (tracking was down); an earlier attempt of register logged it into a run of its
     own and then failed. The retry finds that run by the model's hash and logs nothing twice."""
     from trainflow import tracking
-    from trainflow.params import PipelineParams
     from trainflow.stages.register import logged_model
 
     reg = Registry(tmp_path)
@@ -483,7 +482,7 @@ def test_a_register_retry_after_tracking_was_down_takes_the_model_an_earlier_att
     tags = {tracking.MODEL_HASH_TAG: tracking.model_hash(paths.final), tracking.MODEL_URI_TAG: "models:/m-earlier"}
     earlier = reg.client.create_run(reg.experiment, tags=tags).info.run_id
     runs = len(reg.client.search_runs([reg.experiment]))
-    found = logged_model(PipelineParams(), paths, {"run_id": train_run, "model_uri": None})
+    found = logged_model(paths, {"run_id": train_run, "model_uri": None}, "package", "trainflow")
     assert found == (earlier, "models:/m-earlier")
     assert len(reg.client.search_runs([reg.experiment])) == runs
 

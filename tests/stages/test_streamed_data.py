@@ -16,6 +16,7 @@ import pytest
 import torch
 from support.files import digest
 from support.projects import make_project
+from support.stages import training
 
 from trainflow.artifacts.predict import model_inputs
 from trainflow.core.io import read_json
@@ -260,7 +261,7 @@ def test_the_streamed_files_live_as_long_as_the_training_even_when_building_it_f
     paths = Paths(project)
     params = with_values(load_params(paths.params), {"data.memory_budget_mb": 0.001}, "test")
     trial = tmp_path / "tune" / "trial_0003"
-    built = setup(params, paths, torch.device("cpu"), Group(), trial / "checkpoints")
+    built = setup(training(params), paths, torch.device("cpu"), Group(), trial / "checkpoints")
     scratch = trial / ".streamed" / "rank0"
     assert isinstance(built.train, MemmapData) and built.scratch == scratch
     assert sorted(p.name for p in scratch.rglob("*.npy")) == ["x.npy", "x.npy", "y.npy", "y.npy"]  # train, val
@@ -269,7 +270,7 @@ def test_the_streamed_files_live_as_long_as_the_training_even_when_building_it_f
 
     refused = with_values(params, {"train.activation_checkpointing": True}, "test")  # an mlp cannot recompute
     with pytest.raises(Exception, match="activation_checkpointing"):
-        setup(refused, paths, torch.device("cpu"), Group(), trial / "checkpoints")
+        setup(training(refused), paths, torch.device("cpu"), Group(), trial / "checkpoints")
     assert not scratch.exists()
 
 

@@ -25,6 +25,7 @@ import torch
 from PIL import Image
 from support.files import digest
 from support.projects import make_project
+from support.stages import training
 
 from trainflow.core.errors import DataError
 from trainflow.core.paths import SPLITS, Paths
@@ -183,7 +184,7 @@ def test_the_streamed_train_setup_never_reads_the_images_whole(
     paths = project(tmp_path, "streamed", TINY)
     for stage in ("ingest", "split"):
         run_stage(stage, load_params(paths.params), paths)
-    built = setup(load_params(paths.params), paths, torch.device("cpu"), Group(), paths.checkpoints)
+    built = setup(training(load_params(paths.params)), paths, torch.device("cpu"), Group(), paths.checkpoints)
     assert isinstance(built.train, ImageData) and not built.train.decoded
     train = whole(paths, "train")
     stored = (built.scratch / "train" / "images.bin").read_bytes()  # type: ignore[operator]

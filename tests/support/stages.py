@@ -8,8 +8,10 @@ import pytest
 
 from trainflow import cli
 from trainflow.core.paths import Paths
-from trainflow.params import load_params
+from trainflow.engine.fingerprint import fingerprint
+from trainflow.params import PipelineParams, load_params
 from trainflow.stages import STAGES, run_stage
+from trainflow.stages.train import Training
 
 
 def run_all(root: Path, stages: tuple[str, ...] = STAGES) -> dict[str, dict]:
@@ -20,3 +22,15 @@ def run_all(root: Path, stages: tuple[str, ...] = STAGES) -> dict[str, dict]:
 def trainflow(root: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> int:
     monkeypatch.chdir(root)
     return cli.main(list(args))
+
+
+def training(params: PipelineParams) -> Training:
+    """The sections a training reads, picked out of the whole params as the stage dispatcher picks them."""
+    return Training(**params.sections(Training.names()))
+
+
+def fingerprint_of(params: PipelineParams, data: str, root: Path) -> str:
+    """The resume fingerprint of `params` as written (the train stage resolves train.shuffle first)."""
+    return fingerprint(
+        seed=params.seed, model=params.model, features=params.features, train=params.train, data=data, root=root
+    )

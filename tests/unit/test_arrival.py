@@ -98,9 +98,9 @@ def test_a_malformed_row_is_refused_naming_file_and_line_and_nothing_is_added(pr
 
 def test_a_file_with_other_columns_than_the_last_ingest_is_refused(project: Paths, tmp_path: Path) -> None:
     from trainflow.params import load_params
-    from trainflow.stages import ingest
+    from trainflow.stages import run_stage
 
-    ingest.run(load_params(project.params), project)
+    run_stage("ingest", load_params(project.params), project)
     other = tmp_path / "may.csv"
     other.write_text("x1,x3,label\n1,2,a\n3,4,b\n")
     with pytest.raises(DataError, match=r"lacks \['x2'\] and has extra \['x3'\]; files of one source must have"):

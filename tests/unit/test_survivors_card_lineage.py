@@ -103,7 +103,7 @@ def test_register_returns_the_uri_of_the_model_it_logs_into_trains_run_when_trai
         return "models:/m-logged-by-register"
 
     monkeypatch.setattr(tracking, "log_pyfunc", log_pyfunc)
-    found = register.logged_model(PipelineParams(), paths, {"run_id": train_run, "model_uri": None})
+    found = register.logged_model(paths, {"run_id": train_run, "model_uri": None}, "package", "trainflow")
     assert found == (train_run, "models:/m-logged-by-register")
     # once, into train's run, 5 val rows as example, as register.flavor says
     assert logged == [(train_run, paths.final, [0, 1, 2, 3, 4], "package")]

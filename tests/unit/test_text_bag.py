@@ -61,14 +61,17 @@ def test_auto_picks_the_bag_for_text_on_a_cpu_and_the_transformer_elsewhere(monk
     pre = text_pre()
     monkeypatch.setattr(Preprocessor, "vocab_size", property(lambda self: 120))
     params = PipelineParams()
-    cpu = model_config(params, pre, device=torch.device("cpu"))
+    cpu = model_config(params.model, params.features, pre, device=torch.device("cpu"))
     assert cpu == {"name": "text_bag", "out_features": 2, "vocab_size": 120, "d_model": 128, "dropout": 0.1}
     assert isinstance(build_model(cpu), TextBag)
-    assert model_config(params, pre)["name"] == "text_bag"  # no device given: a CPU
-    assert model_config(params, pre, device=torch.device("cuda"))["name"] == "text_transformer"
+    assert model_config(params.model, params.features, pre)["name"] == "text_bag"  # no device given: a CPU
+    assert model_config(params.model, params.features, pre, device=torch.device("cuda"))["name"] == "text_transformer"
     assert auto_model(pre, torch.device("cpu"))[1].startswith("text on a CPU: a bag of subword")
     named = with_values(params, {"model.name": "text_transformer"}, "test")
-    assert model_config(named, pre, device=torch.device("cpu"))["name"] == "text_transformer"  # asked for: kept
+    assert (
+        model_config(named.model, named.features, pre, device=torch.device("cpu"))["name"] == "text_transformer"
+    )  # asked for: kept
     table = Preprocessor(target="y", task="regression", classes=[], raw_features=[], columns=[])
     with pytest.raises(UserError, match="model.name text_bag needs text: set data.text_column"):
-        model_config(with_values(params, {"model.name": "text_bag"}, "test"), table)
+        text_bag = with_values(params, {"model.name": "text_bag"}, "test")
+        model_config(text_bag.model, text_bag.features, table)

@@ -18,7 +18,7 @@ from trainflow.core.io import atomic_dir, write_json
 from trainflow.data.preprocess import Preprocessor
 from trainflow.data.schema import Schema
 from trainflow.models import build_model, hf
-from trainflow.params import PipelineParams
+from trainflow.params import FeatureParams, ModelParams
 
 
 def auto_model(pre: Preprocessor, device: torch.device) -> tuple[str, str]:
@@ -36,18 +36,21 @@ def auto_model(pre: Preprocessor, device: torch.device) -> tuple[str, str]:
 
 
 def model_config(
-    params: PipelineParams, pre: Preprocessor, pretrained: Path | None = None, device: torch.device | None = None
+    m: ModelParams,
+    features: FeatureParams,
+    pre: Preprocessor,
+    pretrained: Path | None = None,
+    device: torch.device | None = None,
 ) -> dict[str, Any]:
     """The model's JSON config: what build_model() needs to rebuild it at evaluation and prediction. `pretrained`: the
     directory of model.name hf:... (`trainflow.models.hf.resolve`); `device`: where it trains (model.name auto picks
     by it; default CPU)."""
-    m = params.model
     name = m.name
     if hf.is_hf(name):
         if not pre.text_column or pretrained is None:
             raise UserError(f"model.name {name} fine-tunes a pretrained model on text: set data.text_column")
         outputs = len(pre.classes) if pre.task == "classification" else 1
-        settings = hf.config(pretrained, pre.classes, outputs, params.features.max_length)
+        settings = hf.config(pretrained, pre.classes, outputs, features.max_length)
         return {"name": hf.NAME, "out_features": outputs, **settings, "pretrained": str(pretrained)} | m.kwargs
     if name == "auto":
         name, _ = auto_model(pre, device or torch.device("cpu"))
@@ -68,7 +71,7 @@ def model_config(
     if name == "text_transformer":
         config |= {
             "vocab_size": pre.vocab_size,
-            "max_len": params.features.max_length + 1,  # + [CLS]
+            "max_len": features.max_length + 1,  # + [CLS]
             "d_model": m.d_model,
             "n_heads": m.n_heads,
             "n_layers": m.n_layers,

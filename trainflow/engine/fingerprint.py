@@ -11,7 +11,7 @@ from trainflow.core.io import sha256_files, sha256_json
 from trainflow.core.paths import SPLITS, Paths
 from trainflow.data.stream import Split
 from trainflow.models import hf, source_files, source_hash
-from trainflow.params import PipelineParams
+from trainflow.params import FeatureParams, ModelParams, TrainParams
 
 # Train params that do not change the trained weights: a checkpoint written under other values may still be resumed.
 NOT_IN_FINGERPRINT = {
@@ -61,29 +61,30 @@ def code_hash(package: Path = PACKAGE) -> str:
     return sha256_files([*files, *own])
 
 
-def model_code_hash(params: PipelineParams, root: Path) -> str:
+def model_code_hash(model: ModelParams, root: Path) -> str:
     """The hash of model.code (a user model's source; by default trainflow's models)."""
-    path = root / params.model.code
+    path = root / model.code
     if not path.exists():
         raise UserError(
-            f"model.code: {params.model.code} does not exist under {root}; set it to the file or package of "
-            f"{params.model.name}"
+            f"model.code: {model.code} does not exist under {root}; set it to the file or package of {model.name}"
         )
     return source_hash(source_files(path), root)
 
 
-def fingerprint(params: PipelineParams, data: str, root: Path) -> str:
-    """What a checkpoint must match to be resumed: training params, model and its code, seed, data, training code."""
-    train = params.train.model_dump(exclude=NOT_IN_FINGERPRINT)
-    pretrained = hf.directory_hash(hf.resolve(params.model.name, root)) if hf.is_hf(params.model.name) else None
+def fingerprint(
+    *, seed: int, model: ModelParams, features: FeatureParams, train: TrainParams, data: str, root: Path
+) -> str:
+    """What a checkpoint must match to be resumed: training params, model and its code, seed, data, training code.
+    `data`: the splits' hash (`data_hash`)."""
+    pretrained = hf.directory_hash(hf.resolve(model.name, root)) if hf.is_hf(model.name) else None
     return sha256_json(
         {
-            "seed": params.seed,
-            "model": params.model.model_dump(),
-            "model_code": model_code_hash(params, root),
+            "seed": seed,
+            "model": model.model_dump(),
+            "model_code": model_code_hash(model, root),
             "pretrained": pretrained,  # hf: the starting weights and the tokenizer
-            "features": params.features.model_dump(),
-            "train": train,
+            "features": features.model_dump(),
+            "train": train.model_dump(exclude=NOT_IN_FINGERPRINT),
             "data": data,
             "code": code_hash(),
         }

@@ -16,7 +16,12 @@ from trainflow.core.paths import Paths
 from trainflow.data import stream
 from trainflow.data.stream import Split
 from trainflow.metrics import PER_CLASS_COLUMNS, classification_metrics, per_class, regression_metrics
-from trainflow.params import DataParams, PipelineParams
+from trainflow.params import DataParams, EvaluateParams
+
+# dvc.yaml lists what the stage reads (tests/contracts/test_stage_params.py). data.memory_budget_mb: a test split over
+# it is scored a block at a time (the same outputs), and the baselines are left out (metrics.json changes).
+PARAMS = ("evaluate", "data.memory_budget_mb")
+READS_UNLISTED: dict[str, str] = {}
 
 
 def score(exported: ExportedModel, test: pd.DataFrame, where: str, batch_size: int) -> tuple[dict[str, Any], Any]:
@@ -97,10 +102,10 @@ def read_test(paths: Paths, stage: str) -> pd.DataFrame:
     return test.read()
 
 
-def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
+def run(paths: Paths, *, evaluate: EvaluateParams, data: DataParams) -> dict[str, Any]:
     exported = ExportedModel.load(paths.final)
-    metrics, outputs, labels = score_split(exported, paths, "evaluate", params.evaluate.batch_size, params.data)
-    metrics |= baseline_metrics(exported, paths, params.data)  # beside the network's: does it earn its keep?
+    metrics, outputs, labels = score_split(exported, paths, "evaluate", evaluate.batch_size, data)
+    metrics |= baseline_metrics(exported, paths, data)  # beside the network's: does it earn its keep?
     # One folder of test plots, replaced whole, holding the same files for both tasks (so `dvc plots show` always
     # finds them): predictions.csv, every test row's actual and predicted value; confusion.csv, what DVC draws as a
     # confusion matrix (classes, the 19 most frequent and "other" beyond 20; for regression, deciles of the actual

@@ -16,7 +16,7 @@ from trainflow.data.schema import Schema, parquet_options
 from trainflow.data.sources import RawTable, read_source
 from trainflow.data.spill import arrow_memory
 from trainflow.data.validate import infer_schema, schema_params
-from trainflow.params import DataParams, PipelineParams, source_outside
+from trainflow.params import DataParams, source_outside
 from trainflow.registry import changes
 
 
@@ -40,6 +40,9 @@ def previous_schema(paths: Paths, d: DataParams) -> Schema | None:
     return previous
 
 
+PARAMS = ("data",)  # dvc.yaml lists what the stage reads: tests/contracts/test_stage_params.py
+READS_UNLISTED: dict[str, str] = {}
+
 SPILL = ".spill"  # in the new data/processed while ingest writes it
 
 
@@ -55,10 +58,10 @@ def sources(table: RawTable) -> dict[str, Any]:
     )
 
 
-def run(params: PipelineParams, paths: Paths, accept_schema: bool = False) -> dict[str, Any]:
+def run(paths: Paths, *, data: DataParams, accept_schema: bool = False) -> dict[str, Any]:
     """Ingest data.source. `accept_schema`: take the data's schema as it is now, without the drift check against the
     previous ingest (`trainflow stage ingest --accept-schema`, when the source changed on purpose)."""
-    d = params.data
+    d = data
     if outside := source_outside(d.source, paths.root):  # load_params refuses it; params built otherwise meet it here
         raise ParamsError(str(paths.params), [("data.source", outside)])
     previous = None if accept_schema else previous_schema(paths, d)

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from trainflow import tracking
+from trainflow import tracking as mlflow_tracking  # `tracking` is the stage's params section
 from trainflow.artifacts.predict import ExportedModel
 from trainflow.core import outage
 from trainflow.core.errors import ServiceError, UserError
@@ -20,35 +20,46 @@ from trainflow.data import stream
 from trainflow.data.schema import Schema
 from trainflow.data.split import ASSIGNMENT, Assignment, Held, TestRows, time_order
 from trainflow.data.stream import Split
-from trainflow.params import PipelineParams
+from trainflow.params import DataParams, EvaluateParams, ModelParams, RegisterParams, SplitParams, TrackingParams
 from trainflow.registry import card, changes, lineage, registry
 from trainflow.registry.gate import Scored, Slicing
 
+# dvc.yaml lists what the stage reads (tests/contracts/test_stage_params.py); the rest, with why no rerun is needed:
+PARAMS = ("register", "evaluate.batch_size", "seed", "split.time_column")
+READS_UNLISTED = {
+    "data.memory_budget_mb": "how the test split is read to re-score the champion (whole or a block at a time), not "
+    "what: the same outputs bit for bit",
+    "tracking.experiment": "where the model is logged when train could not: nothing reruns for it",
+    "model.code": "which files count as the model's code in the version's code_dirty tag; changing it retrains "
+    "(train lists model), and so reruns register",
+}
+LOGS_PARAMS = True  # the params whole, as `logged`: the version's params tag (what `trainflow verify` retrains from)
 
-def rescorer(params: PipelineParams, paths: Paths) -> registry.Rescore:
+
+def rescorer(paths: Paths, batch_size: int, data: DataParams) -> registry.Rescore:
     """models:/name/version -> that version's metrics on this project's test split, measured as evaluate does."""
 
     def rescore(model_uri: str) -> tuple[dict[str, float], Scored]:
         from trainflow.artifacts import predict
 
-        return scored(predict.load(model_uri), params, paths)  # the registered pyfunc, loaded from code: no pickle
+        return scored(predict.load(model_uri), paths, batch_size, data)  # the pyfunc, loaded from code: no pickle
 
     return rescore
 
 
-def scored(exported: ExportedModel, params: PipelineParams, paths: Paths) -> tuple[dict[str, float], Scored]:
+def scored(exported: ExportedModel, paths: Paths, batch_size: int, data: DataParams) -> tuple[dict[str, float], Scored]:
     """A model's metrics and per-row outputs on this project's test split, measured as evaluate measures them."""
     from trainflow.stages.evaluate import score_split
 
-    metrics, outputs, labels = score_split(exported, paths, "register", params.evaluate.batch_size, params.data)
+    metrics, outputs, labels = score_split(exported, paths, "register", batch_size, data)
     return metrics, Scored(np.asarray(labels), np.asarray(outputs))
 
 
-def slicing(params: PipelineParams, paths: Paths, schema: Schema) -> Slicing:
+def slicing(paths: Paths, schema: Schema, time_column: str | None) -> Slicing:
     """This split's test rows for the gate: the tags that record their split in the version (its assignment's lineage
     and generation, or a time split's column), and, from a champion's tags, which of them its own split held."""
     rows = TestRows.read(paths.splits)
-    column = params.split.time_column
+    column = time_column
     if column is not None and rows.settings is None:  # a time split: no assignment, each test row by its time
         rows = TestRows.by_time(column, Split.stored(paths.splits, "test").column(column))
     tags = {registry.LINEAGE_TAG: rows.lineage} if rows.lineage else {}
@@ -110,35 +121,49 @@ class CachedSplits:
         return times.max() if times is not None and len(times) else None
 
 
-def logged_model(params: PipelineParams, paths: Paths, train_run: dict[str, Any]) -> tuple[str, str]:
+def logged_model(paths: Paths, train_run: dict[str, Any], flavor: str, experiment: str) -> tuple[str, str]:
     """(run id, models:/ URI) of the trained model in MLflow, logged as register.flavor. Train logs the default flavour
     (package). When tracking was down during train, the model was not logged (and perhaps no run started), and train
     never logs another flavour: log it now — into the run that already holds this model (an earlier attempt of
     register, or train's), else into train's run, else into a new one — so retries never log one model twice."""
-    flavor = params.register.flavor
     if flavor == "package" and train_run.get("model_uri") and train_run.get("run_id"):
         return str(train_run["run_id"]), str(train_run["model_uri"])
     from mlflow.tracking import MlflowClient
 
-    experiment_id = tracking.ensure_experiment(params.tracking.experiment, paths.root)
-    found = tracking.run_of_model(experiment_id, paths.final, flavor)
+    experiment_id = mlflow_tracking.ensure_experiment(experiment, paths.root)
+    found = mlflow_tracking.run_of_model(experiment_id, paths.final, flavor)
     if found is not None and found[1] is not None:
         return found[0], found[1]
     run_id = found[0] if found else train_run.get("run_id")
     if not run_id:
         tags = {
             "trainflow.data_sha256": read_json(paths.final / "training.json")["data_sha256"],
-            tracking.MODEL_HASH_TAG: tracking.model_hash(paths.final),  # found by a retry, should this one fail
+            mlflow_tracking.MODEL_HASH_TAG: mlflow_tracking.model_hash(
+                paths.final
+            ),  # found by a retry, should this one fail
             "trainflow.logged_by": "register (tracking was down during train)",
         }
         run_id = MlflowClient().create_run(experiment_id, tags=tags).info.run_id
-    model_uri = tracking.log_pyfunc(str(run_id), paths.final, stream.head(Split.stored(paths.splits, "val"), 5), flavor)
+    model_uri = mlflow_tracking.log_pyfunc(
+        str(run_id), paths.final, stream.head(Split.stored(paths.splits, "val"), 5), flavor
+    )
     why = "tracking was down during train" if flavor == "package" else "register.flavor code: models-from-code"
     print(f"register: logged the model to MLflow run {run_id} ({why})", file=sys.stderr)
     return str(run_id), model_uri
 
 
-def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
+def run(
+    paths: Paths,
+    *,
+    register: RegisterParams,
+    evaluate: EvaluateParams,
+    seed: int,
+    split: SplitParams,
+    data: DataParams,
+    tracking: TrackingParams,
+    model: ModelParams,
+    logged: dict[str, Any],
+) -> dict[str, Any]:
     for needed in (paths.metrics, paths.train_run, Split.stored(paths.splits, "test")):
         if not needed.exists():
             raise UserError(f"register: {needed} is missing; run the split, train and evaluate stages first")
@@ -150,11 +175,11 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
     # What `trainflow verify` retrains from. The code: the commit, unless code_dirty (git_dirty counts params.yaml
     # too, which -S rewrites; the params are recorded whole). The data: DVC's hash of the splits present (not
     # dvc.lock's, which `trainflow stage` never updates), kept in DVC's cache; md5 of every split byte.
-    code = lineage.code_changes(paths.root, params.model.code)
+    code = lineage.code_changes(paths.root, model.code)
     data_hash, listing = lineage.dvc_dir_hash(paths.splits)
     lineage.cache_folder(paths.root, paths.splits, data_hash, listing)
     tags = {
-        **params.register.tags,  # e.g. the sweep trial the params came from (trainflow tune --apply)
+        **register.tags,  # e.g. the sweep trial the params came from (trainflow tune --apply)
         "target": schema.target,
         "task": schema.task,
         "git_commit": commit,
@@ -162,36 +187,37 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
         "code_dirty": "unknown" if code is None else str(bool(code)).lower(),
         "data_hash": data_hash,
         "data_sha256": training["data_sha256"],
-        "params_hash": lineage.params_hash(params.model_dump()),
-        "params": lineage.params_record(params.model_dump(mode="json")),
+        "params_hash": lineage.params_hash(logged),
+        "params": lineage.params_record(logged),
         **lineage.environment(str(training.get("device", "unknown"))),
-        registry.MODEL_TAG: tracking.model_hash(paths.final),  # a retrain to the same bytes registers no version
-        registry.FLAVOR_TAG: params.register.flavor,  # ... unless it is stored another way
+        # a retrain to the same bytes registers no version
+        registry.MODEL_TAG: mlflow_tracking.model_hash(paths.final),
+        registry.FLAVOR_TAG: register.flavor,  # ... unless it is stored another way
     }
     if code:
         tags["code_changes"] = json.dumps(code[:50])
     # This model's outputs on the test rows, scored as evaluate did: the paired gate compares them with the champion's
     # row by row, and the model card's intervals are bootstraps of them.
-    outputs = scored(ExportedModel.load(paths.final), params, paths)[1]
-    sliced = slicing(params, paths, schema)
+    outputs = scored(ExportedModel.load(paths.final), paths, evaluate.batch_size, data)[1]
+    sliced = slicing(paths, schema, split.time_column)
     sources = paths.processed / changes.SOURCES  # what ingest read: rows and hash per file
     files = read_json(sources) if sources.is_file() else None
     if files is not None:
         tags[changes.DATA_TAG] = changes.data_tag(files)
-    uri = tracking.configure(paths.root)
+    uri = mlflow_tracking.configure(paths.root)
     try:
-        run_id, model_uri = logged_model(params, paths, train_run)
-        reason = why_this_run(params, paths, files, commit, dirty, run_id)
+        run_id, model_uri = logged_model(paths, train_run, register.flavor, tracking.experiment)
+        reason = why_this_run(paths, register.model_name, logged, files, commit, dirty, run_id)
         result = registry.register(
             model_uri,
             run_id,
-            params.register,
+            register,
             metrics,
             {**tags, "mlflow_run_id": run_id},
             test_hash=sha256_files(Split.stored(paths.splits, "test").files()),
-            rescore=rescorer(params, paths),
+            rescore=rescorer(paths, evaluate.batch_size, data),
             challenger=outputs,  # the point rule too, should rows the champion trained on be left out
-            seed=params.seed,
+            seed=seed,
             slicing=sliced,
         )
     except (UserError, ServiceError):  # a ServiceError from the registry names what failed already
@@ -207,7 +233,7 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
         ) from exc
     result["why"] = reason
     print(f"register: why this run ran: {reason['summary']}", file=sys.stderr)
-    cards = card.write(paths, result, metrics, outputs, params.seed)
+    cards = card.write(paths, result, metrics, outputs, seed)
     try:
         from mlflow.tracking import MlflowClient
 
@@ -228,20 +254,25 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
 
 
 def why_this_run(
-    params: PipelineParams, paths: Paths, files: dict[str, Any] | None, commit: str, dirty: bool, run_id: str
+    paths: Paths,
+    name: str,
+    logged: dict[str, Any],
+    files: dict[str, Any] | None,
+    commit: str,
+    dirty: bool,
+    run_id: str,
 ) -> dict[str, Any]:
     """What changed since the champion this run's model would replace (trainflow.registry.changes), also tagged on the
     training run (`trainflow.why`) so the MLflow UI says it beside the run."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient()
-    name = params.register.model_name
     champion = registry.current_champion(client, name)
     then = None
     if champion is not None and champion.run_id:
         run = registry.lookup(lambda: client.get_run(champion.run_id), f"reading the run of champion {name!r}")
         then = dict(run.data.params) if run is not None else None
-    now = {k: str(v) for k, v in tracking.flatten(params.model_dump()).items()}
+    now = {k: str(v) for k, v in mlflow_tracking.flatten(logged).items()}
     reason = changes.explain(paths.root, champion, then, files, now, commit, dirty)
     registry.lookup(lambda: client.set_tag(run_id, "trainflow.why", reason["summary"][:5000]), "tagging the run")
     return reason

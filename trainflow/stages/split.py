@@ -35,7 +35,10 @@ from trainflow.core.paths import SPLITS, Paths
 from trainflow.data import split_stream, stream
 from trainflow.data.schema import Schema, parquet_options
 from trainflow.data.split import ASSIGNMENT, TEST_ROWS, Assignment, split_frame
-from trainflow.params import PipelineParams
+from trainflow.params import DataParams, SplitParams
+
+PARAMS = ("split", "data.memory_budget_mb")  # dvc.yaml lists what the stage reads: tests/contracts/test_stage_params.py
+READS_UNLISTED: dict[str, str] = {}
 
 
 def _link(source: Path, dest: Path) -> None:
@@ -47,26 +50,26 @@ def _link(source: Path, dest: Path) -> None:
         shutil.copyfile(source, dest)
 
 
-def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
+def run(paths: Paths, *, split: SplitParams, data: DataParams) -> dict[str, Any]:
     if not paths.table.is_file():
         raise UserError(f"split: {paths.table} is missing; run `trainflow stage ingest` first")
     schema = Schema.read(paths.schema)
-    choice = stream.choose([paths.table], params.data)  # text too: rows are only selected, never typed
+    choice = stream.choose([paths.table], data)  # text too: rows are only selected, never typed
     print(f"split: {choice.why}", file=sys.stderr)
     previous = Assignment.load(paths.splits / ASSIGNMENT)
     with atomic_dir(paths.splits) as tmp:
         if choice.streamed:
-            if params.split.time_column is None:  # keys a block of rows at a time, into buckets by key
+            if split.time_column is None:  # keys a block of rows at a time, into buckets by key
                 work = tmp / ".buckets"
-                result = split_stream.assign(paths.table, schema, params.split, previous, tmp / ASSIGNMENT, work)
+                result = split_stream.assign(paths.table, schema, split, previous, tmp / ASSIGNMENT, work)
                 shutil.rmtree(work)
             else:  # a time split: each row by its time, against two times selected from the column
-                result = split_stream.assign_by_time(paths.table, params.split)
+                result = split_stream.assign_by_time(paths.table, split)
             _link(paths.table, tmp / stream.LINKED)  # the rows stay where ingest wrote them: a byte a row says where
             np.save(tmp / stream.ROWS, result.split.astype(np.int8, copy=False))
             sizes = [int(c) for c in np.bincount(result.split, minlength=len(SPLITS))]
         else:
-            parts, result = split_frame(paths.read_table(), schema, params.split, previous)
+            parts, result = split_frame(paths.read_table(), schema, split, previous)
             for name in SPLITS:
                 dest = tmp / paths.split_file(name).name
                 parts[name].to_parquet(dest, index=False, **parquet_options(parts[name]))
@@ -80,6 +83,6 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
             rows = pd.DataFrame({"since": since, "key": pd.Series(result.test_keys, dtype="uint64")})
             rows.to_parquet(tmp / TEST_ROWS, index=False)
     out: dict[str, Any] = dict(zip(SPLITS, sizes, strict=True))
-    if params.split.time_column is None:
+    if split.time_column is None:
         out["rows_kept_in_place"] = result.kept
     return out

@@ -19,7 +19,7 @@ import os
 import random
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,44 @@ from trainflow.engine.precision import Precision, configure_backends, resolve_de
 from trainflow.engine.preempt import PREEMPTED_MARK, Watch, watching
 from trainflow.engine.trainer import Trainer
 from trainflow.models import build_model, hf, user_source
-from trainflow.params import PipelineParams, with_values
+from trainflow.params import DataParams, FeatureParams, ModelParams, TrackingParams, TrainParams
+
+# dvc.yaml lists what the stage reads (tests/contracts/test_stage_params.py). data.memory_budget_mb: a table over it is
+# streamed, and train.shuffle auto then orders it by blocks of rows (other weights).
+PARAMS = ("seed", "features", "model", "train", "tracking.tensorboard", "data.memory_budget_mb")
+READS_UNLISTED = {"tracking.experiment": "where the run is logged: the next run goes there, and nothing reruns"}
+LOGS_PARAMS = True  # the params whole, as `logged`: the MLflow run's params
+
+
+@dataclass(frozen=True)
+class Training:
+    """The params a training reads: the train stage's, and a sweep trial's (trainflow.tune), each section whole."""
+
+    seed: int
+    data: DataParams
+    features: FeatureParams
+    model: ModelParams
+    train: TrainParams
+    tracking: TrackingParams
+
+    @classmethod
+    def names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+    def dump(self) -> dict[str, Any]:
+        """JSON, for the launched ranks (`load` makes the same Training again)."""
+        return {f: v if isinstance(v, int) else v.model_dump(mode="json") for f, v in vars(self).items()}
+
+    @classmethod
+    def load(cls, raw: dict[str, Any]) -> Training:
+        return cls(
+            int(raw["seed"]),
+            DataParams.model_validate(raw["data"]),
+            FeatureParams.model_validate(raw["features"]),
+            ModelParams.model_validate(raw["model"]),
+            TrainParams.model_validate(raw["train"]),
+            TrackingParams.model_validate(raw["tracking"]),
+        )
 
 
 def class_weights(labels: np.ndarray, n_classes: int) -> list[float]:
@@ -58,10 +95,9 @@ def class_weights(labels: np.ndarray, n_classes: int) -> list[float]:
 
 
 def objective(
-    params: PipelineParams, schema: Schema, pre: Preprocessor, train: Any, where: str, device: torch.device
+    t: TrainParams, schema: Schema, pre: Preprocessor, train: Any, where: str, device: torch.device
 ) -> Objective:
     """The loss and metrics of the task, with train's regularisers (label smoothing, class weights)."""
-    t = params.train
     if schema.task == "regression":
         wrong = [("train.label_smoothing", "smooths class labels", t.label_smoothing != 0),
                  ("train.class_weights", "weighs classes", t.class_weights != "none")]  # fmt: skip
@@ -82,7 +118,18 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
+def run(
+    paths: Paths,
+    *,
+    seed: int,
+    data: DataParams,
+    features: FeatureParams,
+    model: ModelParams,
+    train: TrainParams,
+    tracking: TrackingParams,
+    logged: dict[str, Any],
+) -> dict[str, Any]:
+    params = Training(seed, data, features, model, train, tracking)
     for s in SPLITS:
         if not Split.stored(paths.splits, s).exists():
             raise UserError(f"train: {Split.stored(paths.splits, s)} is missing; run `trainflow stage split` first")
@@ -93,21 +140,22 @@ def run(params: PipelineParams, paths: Paths) -> dict[str, Any]:
             watch.stop_before("starting the ranks")
             print(f"[trainflow] train: starting {world} processes ({params.train.strategy})", file=sys.stderr,
                   flush=True)  # fmt: skip
-            args = (params.model_dump(mode="json"), str(paths.root))
+            args = (params.dump(), logged, str(paths.root))
             result: dict[str, Any] = distributed.launch(world, _rank, *args, watch=watch)
             return result
-        return train(params, paths, world)
+        return train_ranks(params, logged, paths, world)
 
 
-def _rank(params: dict[str, Any], root: str) -> dict[str, Any]:
+def _rank(params: dict[str, Any], logged: dict[str, Any], root: str) -> dict[str, Any]:
     """What each launched rank runs (a fresh process: the project root importable, as the parent had it)."""
     from trainflow.stages import importable
 
     importable(Path(root))
-    return train(PipelineParams.model_validate(params), Paths(Path(root)), int(os.environ["WORLD_SIZE"]))
+    return train_ranks(Training.load(params), logged, Paths(Path(root)), int(os.environ["WORLD_SIZE"]))
 
 
-def train(params: PipelineParams, paths: Paths, world: int) -> dict[str, Any]:
+def train_ranks(params: Training, logged: dict[str, Any], paths: Paths, world: int) -> dict[str, Any]:
+    """One rank of `world` (or the only process): join the group, train, leave it."""
     with watching(params.train.preempt_signals) as watch:
         device = distributed.device_for(resolve_device(params.train.device))
         t = params.train
@@ -118,7 +166,7 @@ def train(params: PipelineParams, paths: Paths, world: int) -> dict[str, Any]:
             # Under a launcher (torchrun: exit code 1 for every failure), the mark tells a job script "preempted".
             mark = paths.checkpoints / PREEMPTED_MARK if distributed.launched() else None
             watch.stop_before("reading the data", mark)
-            return _train(params, paths, device, group, watch, mark)
+            return _train(params, logged, paths, device, group, watch, mark)
         finally:
             distributed.shutdown(group)
 
@@ -151,7 +199,7 @@ class Setup:
 
 
 def setup(
-    params: PipelineParams,
+    params: Training,
     paths: Paths,
     device: torch.device,
     group: distributed.Group,
@@ -169,7 +217,7 @@ def setup(
 
 
 def _setup(
-    params: PipelineParams,
+    params: Training,
     paths: Paths,
     device: torch.device,
     group: distributed.Group,
@@ -210,7 +258,7 @@ def _setup(
     for data in (train, val):
         data.to(device)  # tables move to the training device; text batches are padded on the host, then copied
     seed_everything(params.seed)
-    config = model_config(params, pre, pretrained, device)
+    config = model_config(params.model, params.features, pre, pretrained, device)
     if params.model.name == "auto" and group.is_main:
         print(f"train: model.name auto: {config['name']} ({auto_model(pre, device)[1]})", file=sys.stderr)
     model = build_model(config)  # the same initial weights on every rank
@@ -228,7 +276,7 @@ def _setup(
     if group.distributed:
         seed_everything(params.seed * 1_000_003 + group.rank)  # but each rank its own dropout masks
     dhash = data_hash(paths)
-    task = objective(params, schema, pre, frames["train"], str(files["train"]), device)
+    task = objective(params.train, schema, pre, frames["train"], str(files["train"]), device)
     # batch_size auto becomes numbers here, before the Trainer (which only sees numbers). The fingerprint keeps the
     # params as written: the same global batch split otherwise on another machine resumes (exact accumulation).
     train_params, choice = batch_size.resolve(params.train, model, train, task, precision, device, group)
@@ -243,7 +291,14 @@ def _setup(
         objective=task,
         checkpoint_dir=checkpoint_dir,
         # the order as resolved: auto resumes only where it resolves the same (a changed data.memory_budget_mb may not)
-        fingerprint=fingerprint(with_values(params, {"train.shuffle": shuffle}, "train.shuffle"), dhash, paths.root),
+        fingerprint=fingerprint(
+            seed=params.seed,
+            model=params.model,
+            features=params.features,
+            train=params.train.model_copy(update={"shuffle": shuffle}),
+            data=dhash,
+            root=paths.root,
+        ),
         logger=logger,
         group=group,
     )
@@ -307,7 +362,8 @@ def streamed_images(pre: Preprocessor, split: stream.Split, dest: Path, where: s
 
 
 def _train(
-    params: PipelineParams,
+    params: Training,
+    logged: dict[str, Any],
     paths: Paths,
     device: torch.device,
     group: distributed.Group,
@@ -322,7 +378,7 @@ def _train(
         watch.stop_before("training", mark)
         if group.is_main:
             tags = {"trainflow.data_sha256": dhash, "trainflow.precision": precision.name}
-            run.start(params.model_dump(), tags=tags, pipeline=True)
+            run.start(logged, tags=tags, pipeline=True)
         tensorboard = paths.tensorboard if params.tracking.tensorboard else None
         logger = tracking.loggers(run, tensorboard) if group.is_main else NullLogger()
         trainer.logger = logger

@@ -72,7 +72,7 @@ def trial(config: dict[str, Any], spec: dict[str, Any]) -> None:
     from trainflow.engine import distributed
     from trainflow.engine.precision import resolve_device
     from trainflow.stages import importable
-    from trainflow.stages.train import setup
+    from trainflow.stages.train import Training, setup
     from trainflow.tune.trial import one_line, value_at_best
 
     root = Path(spec["root"])
@@ -95,7 +95,14 @@ def trial(config: dict[str, Any], spec: dict[str, Any]) -> None:
     try:
         # setup in the try: values the model or the memory cannot take (layer_decay for a model without layers,
         # batch_size auto with no batch that fits) fail this trial, not the study
-        built = setup(params, Paths(root), device, distributed.Group(), directory / "checkpoints", logger)
+        built = setup(
+            Training(**params.sections(Training.names())),
+            Paths(root),
+            device,
+            distributed.Group(),
+            directory / "checkpoints",
+            logger,
+        )
         try:
             end = built.trainer.fit(built.train, built.val)  # resumes from the trial's own checkpoint, if it has one
         finally:

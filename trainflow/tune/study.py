@@ -443,4 +443,4 @@ def hashes(params: PipelineParams, paths: Paths) -> tuple[str, str]:
     from trainflow.core.io import sha256_json
     from trainflow.engine.fingerprint import code_hash, data_hash, model_code_hash
 
-    return data_hash(paths), sha256_json([code_hash(), model_code_hash(params, paths.root)])
+    return data_hash(paths), sha256_json([code_hash(), model_code_hash(params.model, paths.root)])

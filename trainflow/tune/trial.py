@@ -60,7 +60,7 @@ def run(s: Study, c: Claim, data_hash: str) -> str:
     study goes on."""
     import optuna
 
-    from trainflow.stages.train import setup
+    from trainflow.stages.train import Training, setup
 
     trial, n = c.trial, c.trial.number
     values = space.suggest(trial, s.params.tune.space)
@@ -79,7 +79,14 @@ def run(s: Study, c: Claim, data_hash: str) -> str:
     device = resolve_device(params.train.device)
     trainer: Trainer | None = None
     try:
-        built = setup(params, Paths(s.root), device, distributed.Group(), c.directory / "checkpoints", logger)
+        built = setup(
+            Training(**params.sections(Training.names())),
+            Paths(s.root),
+            device,
+            distributed.Group(),
+            c.directory / "checkpoints",
+            logger,
+        )
         trainer = built.trainer
         try:
             end = trainer.fit(built.train, built.val)  # resumes from the trial's own checkpoint, if it has one
