@@ -93,7 +93,7 @@ def params_reference() -> str:
 
     parts = [
         "# params.yaml\n",
-        "Every key of params.yaml, generated from the pydantic models that validate it (`trainflow/params.py`) at each "
+        "Every key of params.yaml, generated from the pydantic models that validate it (`trainflow/params/`) at each "
         "docs build. Set one on the command line with `-S key=value` (`trainflow run -S train.lr=3e-4`); "
         "`trainflow params check` validates a file and `trainflow params schema` prints the JSON Schema.\n",
     ]

@@ -42,7 +42,7 @@ def test_prefect_yaml_deploys_what_params_yaml_says() -> None:
 def test_the_default_cron_is_one_prefect_accepts() -> None:
     from prefect.client.schemas.schedules import CronSchedule
 
-    # params.py skips importing Prefect for the default expression; this is the check it relies on.
+    # trainflow/params/deploy.py skips importing Prefect for the default expression; this is the check it relies on.
     assert CronSchedule(cron=DEFAULT_CRON, timezone="UTC").cron == DEFAULT_CRON
 
 

@@ -110,26 +110,26 @@ def test_symlinks_inside_as_written_or_resolved(tmp_path: Path) -> None:
 def test_copy_in_commands_for_files_folders_and_globs(tmp_path: Path) -> None:
     folder = tmp_path / "d"
     (folder / "sub").mkdir(parents=True)
-    assert pm._copy_in(folder / "sub" / "f.csv") == (
+    assert pm.data._copy_in(folder / "sub" / "f.csv") == (
         f"`cp {folder}/sub/f.csv data/raw/ && dvc add data/raw/f.csv`, then rerun with `-S data.source=data/raw/f.csv`"
     )
-    assert pm._copy_in(folder / "sub") == (
+    assert pm.data._copy_in(folder / "sub") == (
         f"`cp -r {folder}/sub data/raw/ && dvc add data/raw/sub`, then rerun with `-S data.source=data/raw/sub`"
     )
-    assert pm._copy_in(folder / "sub" / "*.csv") == (
+    assert pm.data._copy_in(folder / "sub" / "*.csv") == (
         f"`mkdir -p data/raw/sub && cp {folder}/sub/*.csv data/raw/sub/ && dvc add data/raw/sub`, then rerun with "
         "`-S 'data.source=data/raw/sub/*.csv'`"
     )
-    assert pm._copy_in(folder / "p?rt[0-9]" / "*" / "x.csv") == (
+    assert pm.data._copy_in(folder / "p?rt[0-9]" / "*" / "x.csv") == (
         f"`cp -r {folder} data/raw/d && dvc add data/raw/d`, then rerun with "
         "`-S 'data.source=data/raw/d/p?rt[0-9]/*/x.csv'`"
     )
-    assert pm._copy_in(Path("/*.csv")) == (
+    assert pm.data._copy_in(Path("/*.csv")) == (
         "`mkdir -p data/raw/data && cp //*.csv data/raw/data/ && dvc add data/raw/data`, then rerun with "
         "`-S 'data.source=data/raw/data/*.csv'`"
     )
     spaced = tmp_path / "my files"
-    assert pm._copy_in(spaced / "*.csv") == (
+    assert pm.data._copy_in(spaced / "*.csv") == (
         f"`mkdir -p 'data/raw/my files' && cp '{spaced}'/*.csv 'data/raw/my files/' && dvc add 'data/raw/my files'`, "
         "then rerun with `-S 'data.source=data/raw/my files/*.csv'`"
     )
@@ -234,7 +234,7 @@ def test_register_model_name_auto_is_the_data_s_name() -> None:
     ],
 )  # fmt: skip
 def test_check_path(path: str, why: str | None) -> None:
-    assert pm._check_path(path) == why
+    assert pm.tune._check_path(path) == why
 
 
 def test_values_to_check_bound_what_a_sampler_draws() -> None:
@@ -330,14 +330,14 @@ def test_with_values_sets_dotted_paths_and_names_the_source_of_a_problem() -> No
 def test_known_world_size(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    assert pm._known_world_size(3) == 3
-    assert pm._known_world_size("auto") is None
+    assert pm.train._known_world_size(3) == 3
+    assert pm.train._known_world_size("auto") is None
     monkeypatch.setenv("WORLD_SIZE", "4")
-    assert pm._known_world_size(3) == 3
+    assert pm.train._known_world_size(3) == 3
     monkeypatch.setenv("RANK", "0")
-    assert pm._known_world_size(3) is None
+    assert pm.train._known_world_size(3) is None
     monkeypatch.delenv("WORLD_SIZE")
-    assert pm._known_world_size(3) == 3
+    assert pm.train._known_world_size(3) == 3
 
 
 def test_global_batch_problem(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -450,12 +450,12 @@ def test_write_overrides_does_nothing_without_overrides_and_validates_first(tmp_
 def test_flow_makes_nested_lists_and_mappings_flow_style() -> None:
     from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
-    got = pm._flow({"a": [1, {"b": 2}], "c": "x"})
+    got = pm.pipeline._flow({"a": [1, {"b": 2}], "c": "x"})
     assert isinstance(got, CommentedMap) and got.fa.flow_style() is True
     assert isinstance(got["a"], CommentedSeq) and got["a"].fa.flow_style() is True
     assert isinstance(got["a"][1], CommentedMap) and got["a"][1].fa.flow_style() is True
     assert got == {"a": [1, {"b": 2}], "c": "x"}
-    assert pm._flow(3) == 3 and pm._flow(None) is None
+    assert pm.pipeline._flow(3) == 3 and pm.pipeline._flow(None) is None
 
 
 def test_overrides_set_into_a_copy_through_non_mappings() -> None:
@@ -463,7 +463,7 @@ def test_overrides_set_into_a_copy_through_non_mappings() -> None:
     assert pm.apply_overrides(raw, ["a.b.c=2", "c.d=[1]"]) == {"a": {"b": {"c": 2}}, "c": {"d": [1]}}
     assert raw == {"a": {"b": 1}, "c": None}
     node: dict[str, Any] = {}
-    pm._set(node, ["x"], 1)
+    pm.pipeline._set(node, ["x"], 1)
     assert node == {"x": 1}
 
 
