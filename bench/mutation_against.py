@@ -5,8 +5,8 @@ kill them (bench/mutation.sh measures the package's kill rate; this helps raise 
 Needs the mutants that `mutmut run` makes under mutants/ (bench/mutation.sh makes them; `mutmut run "no-such-*"`
 makes them and stops). Then, from the checkout whose tests you are writing:
 
-  .venv/bin/python bench/mutation_against.py --sample 30 --seed 1 'trainflow.registry.card.*' -- tests/unit/test_card.py
-  .venv/bin/python bench/mutation_against.py --names names.txt -- tests/unit/test_x.py tests/unit/test_y.py
+  .venv/bin/python bench/mutation_against.py --sample 30 --seed 1 'trainflow.core.io.*' -- tests/core/test_io.py
+  .venv/bin/python bench/mutation_against.py --names names.txt -- tests/registry/test_gate.py tests/core/test_io.py
 
 Globs name mutants (module.function: 'trainflow.registry.card.x_markdown__mutmut_*'; methods
 'trainflow.m.xǁClassǁname__*').

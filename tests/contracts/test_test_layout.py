@@ -52,3 +52,16 @@ def test_the_scan_finds_an_import_of_a_test_file_or_conftest() -> None:
         "t.py:7: import test_skips",
         "t.py:8: import test_distributed",
     ]
+
+
+def test_no_test_file_is_named_by_how_its_tests_came_about() -> None:
+    """A file is named by the module or the guarantee its tests guard, so that a newcomer finds the tests of a module
+    where they would look: never by how they came about (test_exact_*, test_survivors_*: which mutation run found
+    them) nor as a second file of one name (*_2.py). Where tests came from is for commit messages."""
+    files = sorted(TESTS.rglob("*.py"))
+    named = [
+        path.relative_to(TESTS.parent).as_posix()
+        for path in files
+        if path.name.startswith(("test_exact_", "test_survivors_")) or path.name.endswith("_2.py")
+    ]
+    assert len(files) > 100 and not named, "name each file by what its tests guard:\n" + "\n".join(named)

@@ -1,12 +1,17 @@
-"""The train/val/test split: exact (stratified) fractions, stable under appended rows, groups, time order, errors."""
+"""The train/val/test split: exact (stratified) fractions, stable under appended rows, groups, time order, errors;
+the settings a saved assignment must match and the file it is saved in, the quotas worked out by hand, the keys
+hashed, and every note and message in full."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -15,6 +20,8 @@ from support.splits import LABELS, random_frame, schema_for, splitmix64_by_hand
 
 from trainflow.core.errors import DataError
 from trainflow.core.paths import SPLITS
+from trainflow.data import split as sp
+from trainflow.data.schema import ROW_KEY, Schema
 from trainflow.data.split import Assignment, assign, split_frame
 from trainflow.params import SplitParams, parse_override
 
@@ -507,3 +514,365 @@ def test_each_row_knows_the_generation_it_arrived_in(tmp_path: Path) -> None:
     assert old is not None and old.generation == 0 and not old.since.any()
     after_old = assign(grown, schema_for(grown), p, previous=old)
     np.testing.assert_array_equal(after_old.since, np.where(grown["id"] >= 300, 1, 0))
+
+
+# --- split: settings, the saved assignment, notes ------------------------------------------------------------------
+
+
+def split_schema(features: list[str], task: str = "classification") -> Schema:
+    return Schema(
+        source="test",
+        target="y",
+        task=task,  # type: ignore[arg-type]
+        features=features,
+        kinds=dict.fromkeys(features, "numeric"),
+        classes=["a", "b"] if task == "classification" else [],
+        n_rows=0,
+    )
+
+
+def ids(n: int, labels: str = "ab") -> pd.DataFrame:
+    return pd.DataFrame({"id": np.arange(n), "x": np.arange(n) * 0.5, "y": [labels[i % len(labels)] for i in range(n)]})
+
+
+def test_the_settings_a_saved_assignment_must_match_are_complete_for_each_keying() -> None:
+    frame = ids(10).assign(user=np.arange(10) // 2)
+    s = split_schema(["x"])
+    base = {"format": 2, "seed": 7, "val_fraction": 0.15, "test_fraction": 0.15, "stratify_by": "y"}
+    assert sp.settings(frame, s, SplitParams(group_by="user", key=["id"], seed=7)) == {
+        **base,
+        "mode": "group_by",
+        "columns": ["user"],
+    }
+    assert sp.settings(frame, s, SplitParams(key=["id", "x"], seed=7)) == {
+        **base,
+        "mode": "key",
+        "columns": ["id", "x"],
+    }
+    assert sp.settings(frame, s, SplitParams(seed=7)) == {**base, "mode": "row", "columns": ["x", "y"]}
+    keyed = frame.assign(**{ROW_KEY: np.arange(10, dtype=np.uint64)})
+    assert sp.settings(keyed, s, SplitParams(val_fraction=0.2, test_fraction=0.1, seed=7)) == {
+        **base,
+        "val_fraction": 0.2,
+        "test_fraction": 0.1,
+        "mode": "row",
+        "columns": [ROW_KEY],
+    }
+    assert sp.settings(frame, s, SplitParams(stratify=False, seed=7))["stratify_by"] is None
+    texts = Schema("t", "y", "classification", ["x"], {"x": "numeric", "note": "text"}, ["a", "b"], 10, "note")
+    assert sp.settings(frame.assign(note="hi"), texts, SplitParams(seed=7))["columns"] == ["x", "note", "y"]
+    assert sp.settings(frame, split_schema(["x"], "regression"), SplitParams(seed=7))["stratify_by"] is None
+
+
+def test_a_fresh_split_reports_its_generation_kept_rows_and_exactness() -> None:
+    frame = ids(20)
+    result = sp.assign(frame, split_schema(["x"]), SplitParams(key=["id"], seed=3))
+    assert (result.kept, result.exact, result.notes) == (0, True, [])
+    assert result.since is not None and result.since.tolist() == [1] * 20 and result.since.dtype == np.int32
+    a = result.assignment
+    assert a is not None and a.generation == 1 and len(a.keys) == 20 and a.keys.dtype == np.uint64
+    assert (np.diff(a.keys.astype(np.float64)) > 0).all()  # sorted and unique
+    assert np.bincount(result.split, minlength=3).tolist() == [14, 3, 3]
+    # 10 rows of each class at .7/.15/.15: 7, 1.5, 1.5 each; the totals 14, 3, 3 need one class to give val the
+    # rounding up and the other test.
+    for label in "ab":
+        assert sorted(np.bincount(result.split[frame["y"] == label], minlength=3).tolist()) == [1, 2, 7]
+
+
+def test_the_saved_assignment_file_holds_typed_columns_and_its_settings_as_metadata(tmp_path: Path) -> None:
+    settings = {"seed": 1, "mode": "key", "columns": ["id"], "format": 2}
+    a = sp.Assignment(
+        np.array([3, 9], dtype=np.uint64), np.array([2, 0], dtype=np.int8), settings, np.array([1, 2], np.int32), 2
+    )
+    a.save(tmp_path / "a.parquet")
+    table = pq.read_table(tmp_path / "a.parquet")
+    assert table.schema.metadata == {
+        b"trainflow": b'{"columns": ["id"], "format": 2, "mode": "key", "seed": 1}',
+        b"generation": b"2",
+    }
+    assert [(f.name, str(f.type)) for f in table.schema] == [("key", "uint64"), ("split", "int8"), ("since", "int32")]
+    assert table.to_pydict() == {"key": [3, 9], "split": [2, 0], "since": [1, 2]}
+    back = sp.Assignment.load(tmp_path / "a.parquet")
+    assert back is not None and back.settings == settings and back.generation == 2
+    assert back.keys.tolist() == [3, 9] and back.split.tolist() == [2, 0] and back.since.tolist() == [1, 2]
+    assert back.generation_of(np.array([9, 4, 3], dtype=np.uint64)).tolist() == [2, -1, 1]
+    assert sp.Assignment.load(tmp_path / "none.parquet") is None
+
+
+def test_an_unreadable_assignment_is_named_with_its_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "a.parquet"
+    path.write_bytes(b"not parquet")
+    try:
+        pq.ParquetFile(path)  # the reader Assignment.load opens it with, a column at a time
+    except Exception as exc:  # noqa: BLE001 - the reader's own words, for the expected message
+        why = f"{type(exc).__name__}: {exc}"
+    assert sp.Assignment.load(path) is None
+    assert capsys.readouterr().err == f"split: cannot read {path} ({why}); assigning every row afresh\n"
+    pq.write_table(pa.table({"key": pa.array([1], pa.uint64())}), path)  # no settings in its metadata
+    assert sp.Assignment.load(path) is None
+    assert (
+        capsys.readouterr().err == f"split: cannot read {path} (KeyError: b'trainflow'); assigning every row afresh\n"
+    )
+
+
+def test_other_settings_or_an_older_format_reassign_every_row_with_one_note(capsys: pytest.CaptureFixture[str]) -> None:
+    frame = ids(20)
+    s = split_schema(["x"])
+    first = sp.assign(frame, s, SplitParams(key=["id"], seed=3))
+    assert first.assignment is not None
+    capsys.readouterr()
+    again = sp.assign(frame, s, SplitParams(key=["id"], val_fraction=0.2, seed=4), previous=first.assignment)
+    note = "split: the saved assignment was made with other settings (seed, val_fraction); every row is assigned afresh"
+    assert again.notes == [note] and again.kept == 0
+    assert again.assignment is not None and again.assignment.generation == 2
+    assert capsys.readouterr().err == note + "\n"
+    old = sp.Assignment(first.assignment.keys, first.assignment.split, {**first.assignment.settings, "format": 1})
+    older = sp.assign(frame, s, SplitParams(key=["id"], seed=3), previous=old)
+    assert older.notes == [
+        "split: the saved assignment was made by an older trainflow, whose row keys did not depend on the seed; every "
+        "row is assigned afresh"
+    ]
+    np.testing.assert_array_equal(older.split, first.split)  # afresh, with the same settings: the same split
+    same = sp.assign(frame, s, SplitParams(key=["id"], seed=3), previous=first.assignment)
+    assert same.notes == [] and same.kept == 20 and same.assignment is not None and same.assignment.generation == 1
+
+
+def test_the_small_class_note_lists_ten_classes_and_counts_the_rest(capsys: pytest.CaptureFixture[str]) -> None:
+    labels = [f"r{i:02d}" for i in range(12)]
+    frame = pd.DataFrame({"id": np.arange(112), "x": 0.0, "y": ["big"] * 100 + labels})
+    s = Schema("t", "y", "classification", ["x"], {"x": "numeric"}, sorted({*labels, "big"}), 112)
+    result = sp.assign(frame, s, SplitParams(key=["id"], seed=0))
+    listed = ", ".join(f"'{label}' (1 row)" for label in labels[:10])
+    note = (
+        "split: too few rows for val and test, so these classes are in train but missing from val or test (no metric "
+        f"covers them there): {listed} and 2 more; add rows of them, or merge rare classes"
+    )
+    assert result.notes == [note] and capsys.readouterr().err == note + "\n"
+    assert (result.split[100:] == 0).all()
+
+
+# --- split: errors ---------------------------------------------------------------------------------------------------
+
+
+def test_every_empty_split_message_names_the_split_its_fraction_and_the_fix() -> None:
+    five = pd.DataFrame({"x": [1.0] * 5, "y": ["a"] * 5, "user": [1, 1, 2, 2, 2]})
+    s = split_schema(["x"])
+    with pytest.raises(DataError) as exc:
+        sp.assign(five, s, SplitParams(stratify=False, seed=0))
+    assert (
+        str(exc.value)
+        == "split: the val split is empty (5 rows, val fraction 0.15); add rows or raise split.val_fraction"
+    )
+    with pytest.raises(DataError) as exc:
+        sp.assign(five, s, SplitParams(stratify=False, group_by="user", seed=0))
+    assert str(exc.value) in {
+        f"split: the {name} split is empty (5 rows in 2 groups of split.group_by 'user', {name} fraction 0.15); add "
+        f"groups or raise split.{name}_fraction"
+        for name in ("val", "test")
+    }
+    timed = five.assign(when=pd.Timestamp("2024-01-01"))
+    with pytest.raises(DataError) as exc:
+        sp.assign(timed, s, SplitParams(time_column="when", group_by="user", seed=0))
+    assert str(exc.value) == (
+        "split: the val split is empty (5 rows, 1 distinct timestamps, val fraction 0.15); add rows with other "
+        "timestamps or raise split.val_fraction"
+    )
+    with pytest.raises(DataError) as exc:
+        six = pd.concat([five.iloc[:1]] * 6, ignore_index=True)  # one key: its six rows land where their middle falls
+        sp.assign(six, s, SplitParams(val_fraction=0.45, test_fraction=0.44, stratify=False, seed=0))
+    assert str(exc.value) == (
+        "split: the train split is empty (6 rows, train fraction 0.11); add rows or lower split.val_fraction / "
+        "split.test_fraction"
+    )
+
+
+def test_column_errors_name_the_parameter_and_the_columns_there_are() -> None:
+    frame = ids(10)
+    s = split_schema(["x"])
+    with pytest.raises(DataError) as exc:
+        sp.assign(frame, s, SplitParams(key=[], seed=0))
+    assert str(exc.value) == "split.key is an empty list: name the id column(s) to hash, or set it to null to hash rows"
+    with pytest.raises(DataError) as exc:
+        sp.assign(frame, s, SplitParams(group_by="user", seed=0))
+    assert str(exc.value) == (
+        "split.group_by: column 'user' is not in the processed table (for this data: -S 'split.group_by=null'); "
+        "available columns: id, x, y"
+    )
+    with pytest.raises(DataError) as exc:
+        sp.assign(frame, s, SplitParams(time_column="ts", key=["id"], seed=0))
+    assert str(exc.value) == (
+        "split.time_column: column 'ts' is not in the processed table (for this data: -S 'split.time_column=null'); "
+        "available columns: id, x, y"
+    )
+    with pytest.raises(DataError) as exc:
+        sp.assign(frame.drop(columns=["y"]), s, SplitParams(key=["id"], seed=0))
+    assert str(exc.value) == (
+        "split: the target column 'y' is not in the processed table (available: id, x); run `trainflow stage ingest` "
+        "again"
+    )
+    with pytest.raises(DataError) as exc:
+        sp.assign(frame.drop(columns=["x", "y"]), s, SplitParams(seed=0))
+    assert str(exc.value) == (
+        "split: the schema's column(s) 'x', 'y' are not in the processed table (available: id); run `trainflow stage "
+        "ingest` again"
+    )
+    timed = frame.assign(when=pd.to_datetime(["2024-01-01"] * 9 + [None]))
+    with pytest.raises(DataError) as exc:
+        sp.assign(timed, s, SplitParams(time_column="when", seed=0))
+    assert str(exc.value) == (
+        "split.time_column: 1 of 10 rows have no timestamp in column 'when'; fill or drop them (data.missing: drop) "
+        "or split without split.time_column"
+    )
+
+
+# --- split: time order, by hand --------------------------------------------------------------------------------------
+
+
+def test_a_time_split_of_twenty_rows_is_the_hand_counted_one() -> None:
+    """20 rows, .7/.15/.15: test from position 20 - 3 = 17, val from 17 - 3 = 14. Days 0..19 shuffled; rows carry
+    no assignment."""
+    days = np.random.default_rng(0).permutation(20)
+    frame = ids(20).assign(when=pd.Timestamp("2024-01-01") + pd.to_timedelta(days, unit="D"))
+    result = sp.assign(frame, split_schema(["x"]), SplitParams(time_column="when", seed=0))
+    assert result.assignment is None and result.kept == 0 and result.exact and result.since is None
+    np.testing.assert_array_equal(result.split, np.where(days >= 17, 2, np.where(days >= 14, 1, 0)))
+    parts, _ = sp.split_frame(frame, split_schema(["x"]), SplitParams(time_column="when", seed=0))
+    assert [len(p) for p in parts.values()] == [14, 3, 3]
+
+
+@pytest.mark.parametrize(
+    ("values", "cut", "moved"),
+    [
+        ([1, 2, 2, 2, 3], 2, 1),  # inside a run of 3 starting at 1: one back to its start
+        ([1, 2, 2, 2, 3], 3, 4),  # two from the start, one from the end: to the end
+        ([1, 2, 2, 3], 2, 1),  # equally near both ends: to the older side (the start)
+        ([1, 2, 2, 3], 1, 1),  # at a run's start already
+        ([1, 2, 2, 3], 3, 3),  # at a run's end already
+        ([2, 2, 2], 0, 0),
+        ([2, 2, 2], 3, 3),
+        ([2, 2, 2, 2], 1, 0),
+        ([2, 2, 2, 2], 3, 4),
+    ],
+)
+def test_a_time_boundary_inside_equal_timestamps_moves_to_the_nearer_end(
+    values: list[int], cut: int, moved: int
+) -> None:
+    assert sp._boundary(np.array(values), cut) == moved
+
+
+def test_a_val_boundary_never_passes_the_test_boundary() -> None:
+    """Ten rows, days 0 0 0 0 0 0 0 1 1 1 at .2/.2: test would start at 8, inside the run of day 1 (7..9): to 7;
+    val at 6, inside the run of day 0 (0..6): to its end, 7, the same place: val is empty."""
+    frame = ids(10).assign(when=pd.Timestamp("2024-01-01") + pd.to_timedelta([0] * 7 + [1] * 3, unit="D"))
+    with pytest.raises(DataError) as exc:
+        sp.assign(
+            frame, split_schema(["x"]), SplitParams(time_column="when", val_fraction=0.2, test_fraction=0.2, seed=0)
+        )
+    assert str(exc.value) == (
+        "split: the val split is empty (10 rows, 2 distinct timestamps, val fraction 0.2); add rows with other "
+        "timestamps or raise split.val_fraction"
+    )
+    days = [0, 1, 2, 3, 4, 5, 6, 7, 7, 8]  # test at 8, inside 7 7 (7..8), equally near both ends: to 7; val at 6
+    frame = frame.assign(when=pd.Timestamp("2024-01-01") + pd.to_timedelta(days, unit="D"))
+    split = sp.assign(
+        frame, split_schema(["x"]), SplitParams(time_column="when", val_fraction=0.2, test_fraction=0.2, seed=0)
+    )
+    assert split.split.tolist() == [0, 0, 0, 0, 0, 0, 1, 2, 2, 2]
+
+
+# --- split: quotas, by hand ------------------------------------------------------------------------------------------
+
+
+def test_fractions_are_integer_parts_per_billion() -> None:
+    assert sp.fraction_parts(SplitParams()).tolist() == [700_000_000, 150_000_000, 150_000_000]
+    assert sp.fraction_parts(SplitParams(val_fraction=0.123456789, test_fraction=0.1)).tolist() == [
+        776_543_211,
+        123_456_789,
+        100_000_000,
+    ]
+
+
+def test_the_candidate_totals_are_the_roundings_largest_fractional_parts_first() -> None:
+    w = sp.fraction_parts(SplitParams())
+    # 24 rows: 16.8, 3.6, 3.6 -> floors 16, 3, 3 and two rows to place: train+val and train+test (.8+.6) before
+    # val+test (.6+.6).
+    assert [t.tolist() for t in sp._total_candidates(24, w)] == [[17, 4, 3], [17, 3, 4], [16, 4, 4]]
+    assert [t.tolist() for t in sp._total_candidates(20, w)] == [[14, 3, 3]]  # exact: nothing to round
+    # 10 rows: 7, 1.5, 1.5: one row to place; train (no fractional part) may not round up.
+    assert [t.tolist() for t in sp._total_candidates(10, w)] == [[7, 2, 1], [7, 1, 2]]
+    assert sp._choices(np.array([True, True, True]), 2, np.array([5, 9, 7])) == [(1, 2), (0, 1), (0, 2)]
+    assert sp._choices(np.array([True, False, True]), 1, np.array([5, 9, 7])) == [(2,), (0,)]
+    assert sp._choices(np.array([False, True, True]), 1, np.array([0, 3, 3])) == [(1,), (2,)]
+
+
+def test_quotas_settle_each_class_and_the_totals_exactly() -> None:
+    """Two classes of 10 rows at .7/.15/.15: each 7 / 1.5 / 1.5; the totals 14, 3, 3 need one class to round val up
+    and the other test."""
+    w = sp.fraction_parts(SplitParams())
+    quota, exact = sp.quotas(np.array([10, 10]), np.zeros((2, 3), dtype=np.int64), w)
+    assert exact and quota.tolist() == [[7, 2, 1], [7, 1, 2]]
+    one, exact = sp.quotas(np.array([1, 3]), np.zeros((2, 3), dtype=np.int64), w)
+    assert exact and one.tolist() == [[1, 0, 0], [2, 1, 0]]  # each class trains on one row at least; totals 3, 1, 0
+    empty, exact = sp.quotas(np.array([0, 20]), np.zeros((2, 3), dtype=np.int64), w)
+    assert exact and empty.tolist() == [[0, 0, 0], [14, 3, 3]]
+    assert sp._settle(np.ones((1, 3), bool), np.array([1]), np.array([[0, 5, 5]]), np.array([0, 0, 2])) is None
+    assert sp._settle(np.ones((1, 3), bool), np.array([1]), np.array([[0, 5, 5]]), np.array([0, -1, 2])) is None
+    picks = sp._settle(np.ones((2, 3), bool), np.array([1, 1]), np.array([[0, 5, 4], [0, 5, 4]]), np.array([0, 1, 1]))
+    assert picks is not None and picks.tolist() == [[0, 1, 0], [0, 0, 1]]
+
+
+def test_new_units_fill_test_then_val_then_train_in_key_order() -> None:
+    fixed = np.array([-1, -1, 0, -1, -1, -1], dtype=np.int8)
+    stratum = np.array([0, 0, 0, 1, 1, 1])
+    weight = np.array([1, 2, 1, 1, 1, 1])
+    places = np.array([[0, 1, 1], [1, 1, 1]])
+    # stratum 0: unit 0 (middle 0.5) < 1 test; unit 1 (rows 1..3, middle 2) -> train (val ends at 2); stratum 1 in
+    # order: test, val, train.
+    assert sp._fill(fixed, stratum, weight, places).tolist() == [2, 0, 0, 2, 1, 0]
+    assert sp._fill(np.array([1, 2], np.int8), np.array([0, 0]), np.array([1, 1]), places).tolist() == [1, 2]
+    one = sp._fill(np.array([-1, -1, -1], np.int8), np.zeros(3, np.int64), np.ones(3, np.int64), np.array([[1, -1, 1]]))
+    assert one.tolist() == [2, 0, 0]  # a negative count of places is none
+
+
+def test_duplicate_rows_count_as_rows_in_the_quotas_and_in_what_was_kept() -> None:
+    """20 ids, each twice (40 rows), unstratified: quotas of 28, 6, 6 rows; each id's two rows go where their middle
+    falls (1, 3, 5 for the first three ids in key order: test ends at 6), so 3 ids test, 3 val, 14 train."""
+    frame = pd.concat([ids(20), ids(20)], ignore_index=True)
+    p = SplitParams(key=["id"], stratify=False, seed=2)
+    first = sp.assign(frame, split_schema(["x"]), p)
+    assert np.bincount(first.split, minlength=3).tolist() == [28, 6, 6]
+    np.testing.assert_array_equal(first.split[:20], first.split[20:])
+    assert first.assignment is not None and len(first.assignment.keys) == 20
+    again = sp.assign(frame, split_schema(["x"]), p, previous=first.assignment)
+    assert again.kept == 40 and again.assignment is not None and again.assignment.generation == 1
+    np.testing.assert_array_equal(again.split, first.split)
+
+
+# --- split: keys -------------------------------------------------------------------------------------------------
+
+
+def test_key_columns_are_hashed_as_text_with_whole_numbers_as_integers() -> None:
+    from pandas.util import hash_pandas_object
+
+    def by_hand(text: pd.DataFrame, seed: int) -> list[int]:
+        return [splitmix64_by_hand(int(h), seed) for h in hash_pandas_object(text, index=False)]
+
+    whole = pd.DataFrame({"k": [3.0, np.nan, 10.0], "g": ["a", "b", None]})
+    text = pd.DataFrame(
+        {"k": pd.Series(["3", None, "10"], dtype="string"), "g": pd.Series(["a", "b", None], dtype="string")}
+    )
+    assert sp.row_keys(whole, ["k", "g"], 5).tolist() == by_hand(text, 5)
+    fractions = pd.DataFrame({"k": [3.0, 2.5]})
+    assert sp.row_keys(fractions, ["k"], 5).tolist() == by_hand(
+        pd.DataFrame({"k": pd.Series(["3.0", "2.5"], dtype="string")}), 5
+    )
+    ints = pd.DataFrame({"k": [3, 10]})
+    assert sp.row_keys(ints, ["k"], 9).tolist() == by_hand(
+        pd.DataFrame({"k": pd.Series(["3", "10"], dtype="string")}), 9
+    )
+    raw = pd.DataFrame({ROW_KEY: np.array([7, 2**63], dtype=np.uint64)})  # the raw-row key: hashed as the number
+    assert sp.row_keys(raw, [ROW_KEY], 1).tolist() == by_hand(raw, 1)
+    assert int(sp.seed_word(4)) == int.from_bytes(hashlib.blake2b(b"trainflow.split:4", digest_size=8).digest(), "big")
+    assert sp.seeded(np.array([0, 1, 2**64 - 1], dtype=np.uint64), 3).tolist() == [
+        splitmix64_by_hand(k, 3) for k in (0, 1, 2**64 - 1)
+    ]

@@ -547,3 +547,65 @@ def test_a_jsonl_source_in_utf16_over_the_budget_is_read_into_memory_and_says_wh
     err = capfd.readouterr().err
     assert "ingest: read into memory although over data.memory_budget_mb 0 (1 file of" in err
     assert "jsonl in utf-16 is not streamed (its line breaks are not the byte \\n)" in err
+
+
+# --- the header checks, in memory and streamed alike ---------------------------------------------------------
+
+
+def _ingest_error(root: Path) -> str:
+    with pytest.raises(DataError) as exc:
+        run_stage("ingest", load_params(Paths(root).params), Paths(root))
+    return str(exc.value)
+
+
+@pytest.mark.parametrize("budget", ["null", "0.000001"], ids=["in-memory", "streamed"])
+def test_files_of_one_source_with_other_columns_are_refused_naming_both(tmp_path: Path, budget: str) -> None:
+    root = make_project(tmp_path, {"data.source": "data/raw/parts", "data.target": "label",
+                                   "data.memory_budget_mb": budget})  # fmt: skip
+    (root / "data/raw/parts").mkdir(parents=True)
+    pd.DataFrame({"x": [1.0, 2.0], "label": ["a", "b"]}).to_csv(root / "data/raw/parts/a.csv", index=False)
+    pd.DataFrame({"z": [1.0, 2.0], "label": ["a", "b"]}).to_csv(root / "data/raw/parts/b.csv", index=False)
+    assert _ingest_error(root) == (
+        "data.source: data/raw/parts/b.csv has other columns than data/raw/parts/a.csv: it lacks ['x'] and has "
+        "extra ['z']; files of one source must have the same columns"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "twice"),
+    [
+        ("\n\nx,x,label\n1,2,a\n3,4,b\n", "x"),
+        # an unnamed first column takes the name column_1 (it is data, not an index: its values are not distinct
+        # integers), which the second column already has: known only once the whole column is read
+        ("\n\n,column_1,label\np,2,a\nq,4,b\n", "column_1"),
+    ],
+    ids=["named-twice", "unnamed-becomes-a-name-taken"],
+)
+@pytest.mark.parametrize("budget", ["null", "0.000001"], ids=["in-memory", "streamed"])
+def test_a_header_that_names_a_column_twice_is_refused_with_its_line(
+    tmp_path: Path, budget: str, text: str, twice: str
+) -> None:
+    root = make_project(tmp_path, {"data.source": "data/raw/t.csv", "data.target": "label",
+                                   "data.memory_budget_mb": budget})  # fmt: skip
+    (root / "data/raw/t.csv").write_text(text)  # the header on line 3
+    assert _ingest_error(root) == (
+        f"data.source: data/raw/t.csv, line 3: the header names {twice!r} more than once; column names must be unique"
+        "; if the header spans several lines (names over names, as a spreadsheet exports them), set data.header_rows "
+        "to their count: each column is then named by its cells on them joined by '.'"
+    )
+
+
+def test_an_index_column_beside_a_column_named_column_1_is_dropped_alike_streamed_and_in_memory(tmp_path: Path) -> None:
+    """pandas' to_csv index (an unnamed first column of distinct integers) beside a data column that happens to be
+    named column_1: the index is dropped and column_1 kept, in memory and streamed (which crashed with pyarrow's
+    "Field named column_1 is not found": two columns had that name while the index was not yet known)."""
+    tables = []
+    for budget in ("null", "0.000001"):
+        root = make_project(tmp_path / budget, {"data.source": "data/raw/t.csv", "data.target": "label",
+                                                "data.memory_budget_mb": budget})  # fmt: skip
+        (root / "data/raw/t.csv").write_text(",column_1,label\n0,2.5,a\n1,4.5,b\n2,1.5,a\n3,0.5,b\n")
+        run_stage("ingest", load_params(Paths(root).params), Paths(root))
+        tables.append(pd.read_parquet(Paths(root).table))
+    pd.testing.assert_frame_equal(tables[1], tables[0], check_exact=True)
+    assert [c for c in tables[0].columns if not c.startswith("__")] == ["column_1", "label"]
+    assert tables[0]["column_1"].tolist() == [2.5, 4.5, 1.5, 0.5]

@@ -249,3 +249,13 @@ def test_resume_on_another_number_of_processes_keeps_every_epochs_samples(
         for run in runs:  # each process walks the epoch's own order forward
             mine = [position[i] for e, i in run if e == epoch]
             assert mine == sorted(mine)
+
+
+def test_the_distributed_backend_auto_is_nccl_on_cuda_and_gloo_on_cpu() -> None:
+    import torch
+
+    from trainflow.engine.distributed import backend_for
+
+    assert backend_for("auto", torch.device("cuda", 0)) == "nccl"  # a device object needs no GPU to exist
+    assert backend_for("auto", torch.device("cpu")) == "gloo"
+    assert backend_for("gloo", torch.device("cuda", 0)) == "gloo"  # asked for: kept

@@ -238,3 +238,20 @@ def test_ema_weights_are_validated_and_exported(tmp_path: Path) -> None:
         scores[kind] = t.evaluate(data)["val_loss"]
     assert scores["ema"] == pytest.approx(logged, rel=1e-6)
     assert scores["model"] != pytest.approx(logged, rel=1e-4)
+
+
+def test_layer_decay_on_a_model_without_numbered_layers_names_params_yaml_and_the_fix() -> None:
+    from torch import nn
+
+    from trainflow.core.errors import ParamsError
+    from trainflow.engine.optim import plan_groups
+    from trainflow.params import TrainParams
+
+    with pytest.raises(ParamsError) as exc:
+        plan_groups(nn.Linear(2, 1), TrainParams(layer_decay=0.8))
+    assert str(exc.value) == (
+        "params.yaml: 1 invalid parameter:\n"
+        "  train.layer_decay: Linear has no numbered layers to decay (text_transformer and hf: models have); set it "
+        "to null, or give layers their own rates with train.param_groups\n"
+        "Fix params.yaml or the -S override, then rerun (`trainflow params schema` lists every field)."
+    )

@@ -5,6 +5,7 @@ with SIGKILL is test_crash_resume.py; this file runs in-process so the mutation 
 from __future__ import annotations
 
 import contextlib
+import json
 import random
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 from engine_kit import make_trainer, mlp, table
+from support.linear_run import RUN, data, fit, linear
 
 from trainflow.core.errors import UserError
 from trainflow.engine.checkpoint import (
@@ -486,3 +488,28 @@ def test_limit_batches_resumed_with_a_smaller_window_ends_its_epoch_instead_of_h
     assert resumed.resumed_from == 3
     assert (resumed.state.epoch, resumed.state.updates) == (3, 3 + 2) == (3, resumed.plan.total)
     assert "resumed at sample 16 of epoch 1, past the" in capsys.readouterr().err
+
+
+def test_a_checkpoint_written_without_fp16_resumes_under_fp16_and_finishes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An fp32 run of 1 epoch (2 updates of the 6-sample linear run) leaves step-000000002, whose GradScaler state is
+    empty (the scaler was disabled). A 2-epoch run under precision fp16 with train.resume at that checkpoint starts its
+    scaler afresh (nothing to load), resumes at update 2 and finishes the second epoch's 2 updates: 4 in all. (Loading
+    the empty state into the enabled scaler raises, which made the resume fail with a CheckpointError.)"""
+    first = fit(tmp_path / "a", epochs=1)
+    step = tmp_path / "a" / "step-000000002"
+    assert first.state.updates == 2 and step.is_dir()
+    meta = json.loads((step / "meta.json").read_text())
+    assert meta["scaler"] == {}  # written without fp16: nothing to restore
+    capsys.readouterr()
+
+    t = make_trainer(tmp_path / "b", linear(), precision="fp16", **{**RUN, "resume": str(step)})
+    assert t.scaler.is_enabled()
+    t.fit(*data())
+    assert f"train: resumed from {step} at update 2 (epoch 1, sample 0 of its order)\n" in capsys.readouterr().err
+    assert (t.resumed_from, t.state.updates, t.state.epoch) == (2, 4, 2)
+    assert [row["update"] for row in t.state.history] == [2.0, 4.0]  # the first epoch's row came with the checkpoint
+    latest = CheckpointStore(tmp_path / "b", 2).latest()
+    assert latest is not None and latest.name == "step-000000004"
+    assert json.loads((latest / "meta.json").read_text())["scaler"]  # this run's fp16 scaler state, saved

@@ -7,7 +7,7 @@
 - a killed train stage left its MLflow run RUNNING forever (its Prefect flow run too: tests/flows/
   test_scheduled_crash.py and the "nothing left running" invariant of tests/reliability/chaos.py).
 
-(A killed write's temp copy left beside its output: tests/unit/test_io.py.)
+(A killed write's temp copy left beside its output: tests/core/test_io.py.)
 """
 
 from __future__ import annotations

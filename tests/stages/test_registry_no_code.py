@@ -57,7 +57,7 @@ def in_a_fresh_python(line: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
-@pytest.mark.slow  # a whole pipeline and four loads (~30 s); tests/unit/test_manifest.py holds the check in line 2
+@pytest.mark.slow  # a whole pipeline and four loads (~30 s); tests/artifacts/test_manifest.py holds the check in line 2
 def test_the_printed_load_line_and_predict_refuse_an_artifact_store_changed_to_run_planted_code(
     csv_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -128,7 +128,7 @@ def test_a_killed_sweep_resumes_its_trial_and_suggests_what_the_uninterrupted_on
     assert list(trials(root)["trial"]) == list(range(10))
 
 
-@pytest.mark.slow  # a study of 8 trials, shared (~20 s); line 2: tests/unit/test_tune_in_process.py
+@pytest.mark.slow  # a study of 8 trials, shared (~20 s); line 2: tests/tune/test_study.py
 def test_pruned_trials_were_below_the_median_of_the_finished_ones_at_that_update(uninterrupted: Path) -> None:
     s = study(uninterrupted)
     ended = sorted((t for t in s.trials if t.state.name in ("COMPLETE", "PRUNED")), key=lambda t: t.number)
@@ -179,7 +179,7 @@ def test_two_commands_on_one_study_share_its_budget(prepared: Path, tmp_path: Pa
     assert sorted(int(r.data.tags["trainflow.tune.trial"]) for r in children) == list(range(8))
 
 
-@pytest.mark.slow  # a study of 8 trials, shared (~20 s); line 2: tests/unit/test_tune_in_process.py
+@pytest.mark.slow  # a study of 8 trials, shared (~20 s); line 2: tests/tune/test_results.py
 def test_apply_writes_the_best_params_and_the_registered_version_names_its_trial(
     uninterrupted: Path, tmp_path: Path
 ) -> None:
@@ -210,7 +210,7 @@ def test_apply_writes_the_best_params_and_the_registered_version_names_its_trial
     assert version.tags["tune_trial"] == str(best["trial"]) and version.tags["tune_study"] == "trainflow"
 
 
-@pytest.mark.slow  # a study of 8 trials, shared (~20 s); line 2: tests/unit/test_tune_in_process.py
+@pytest.mark.slow  # a study of 8 trials, shared (~20 s); line 2: tests/tune/test_study.py
 def test_a_study_refuses_other_params_and_a_sweep_refuses_data_overrides(
     uninterrupted: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

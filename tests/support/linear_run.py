@@ -1,4 +1,4 @@
-"""The small run of a two-feature linear model that tests/engine/test_exact_engine.py works out by hand: its data,
+"""The small run of a two-feature linear model that tests/engine/test_engine.py works out by hand: its data,
 its trainer settings and the run itself. Needs tests/engine on sys.path (engine_kit), as the engine tests have it."""
 
 from __future__ import annotations

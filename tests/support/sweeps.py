@@ -17,6 +17,7 @@ import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
+import trainflow.stages.train
 from support.projects import REPO, committed
 from trainflow.core.paths import Paths
 from trainflow.params import PipelineParams, load_params, write_overrides
@@ -118,3 +119,37 @@ def trial_spec(root: Path, p: PipelineParams) -> dict[str, Any]:
 
 def trials(root: Path) -> pd.DataFrame:
     return pd.read_csv(root / "reports/tune/trials.csv")
+
+
+def own_tags(run: Any) -> dict[str, str]:
+    """A run's tags less those MLflow adds itself (mlflow.runName, ...), but with its parent."""
+    return {k: v for k, v in run.data.tags.items() if not k.startswith("mlflow.") or k == "mlflow.parentRunId"}
+
+
+def fake_training(
+    monkeypatch: pytest.MonkeyPatch, history: list[dict[str, float]], best: int, resumed_from: int | None = None
+) -> list[dict[str, Any]]:
+    """The train stage's `setup` replaced by one whose trainer logs `history` through the trial's logger and ends with
+    it, without training; it leaves a checkpoint file. Returns what each call was given (and whether the trial
+    discarded what it built)."""
+    given: list[dict[str, Any]] = []
+
+    def setup(params: PipelineParams, paths: Paths, device: Any, group: Any, checkpoints: Path, logger: Any) -> Any:
+        call = {"params": params, "checkpoints": checkpoints, "discarded": False}
+        given.append(call)
+        checkpoints.mkdir(parents=True, exist_ok=True)
+        (checkpoints / "update_7.safetensors").write_bytes(b"weights")
+
+        def fit(train: Any, val: Any) -> Any:
+            for point in history:
+                logger.log({k: v for k, v in point.items() if k != "update"}, int(point["update"]))
+            return SimpleNamespace(history=history, best_update=best)
+
+        def discard() -> None:
+            call["discarded"] = True
+
+        trainer = SimpleNamespace(fit=fit, resumed_from=resumed_from)
+        return SimpleNamespace(trainer=trainer, train=None, val=None, discard=discard)
+
+    monkeypatch.setattr(trainflow.stages.train, "setup", setup)
+    return given

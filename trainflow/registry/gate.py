@@ -216,7 +216,7 @@ def mcnemar(challenger: Scored, champion: Scored) -> dict[str, Any]:
 
 
 # --- the metrics that are not means over rows, on many patterns at once -------------------------------------------
-# The value of each pattern equals trainflow.metrics' on that pattern's rows (tests/unit/test_paired_gate.py
+# The value of each pattern equals trainflow.metrics' on that pattern's rows (tests/registry/test_paired_gate.py
 # checks it against evaluate's functions).
 
 
