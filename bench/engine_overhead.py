@@ -328,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n-train", type=int, default=100_000)
     ap.add_argument("--n-val", type=int, default=256)
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--record", action="store_true", help="write the headline to bench/results/ (bench/record.py)")
     args = ap.parse_args(argv)
     global DEVICE
     DEVICE = torch.device(args.device)
@@ -432,6 +433,25 @@ def main(argv: list[str] | None = None) -> int:
         "loadavg_1min_start_end": [round(load_start, 2), round(os.getloadavg()[0], 2)],
     }
     print(json.dumps(result), flush=True)
+    if args.record:
+        from record import command_line, record
+
+        raw = [f["ours_over_raw"] for f in per_bs.values()]
+        lightning_ = [f["ours_over_lightning"] for f in per_bs.values()]
+        sizes = f"{len(per_bs)} batch size{'s' if len(per_bs) > 1 else ''}"
+        on_cuda = DEVICE.type == "cuda"
+        record(
+            "engine-overhead-cuda" if on_cuda else "engine-overhead",
+            what="Engine overhead on CUDA: trainflow vs a hand-written loop vs Lightning"
+            if on_cuda
+            else "Engine overhead: trainflow vs a hand-written loop vs Lightning",
+            command=command_line(argv),
+            headline=f"ours/raw {min(raw):.3f}-{max(raw):.3f}, ours/Lightning {min(lightning_):.3f}-"
+            f"{max(lightning_):.3f} ({sizes})",
+            target="ours/raw ≥ 0.98 (issue 47); ours/Lightning ≥ 1.5",
+            met="yes" if min(raw) >= 0.98 and min(lightning_) >= 1.5 else "no",
+            page="benchmarks/gpu.md" if on_cuda else None,
+        )
     return 0
 
 

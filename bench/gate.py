@@ -202,9 +202,10 @@ def rates(module: ModuleType, cell: str, metric: str, draw: Callable[..., tuple[
 
 
 def table(module: ModuleType, generators: dict[str, Any], sims: int, sizes: tuple[int, ...], permutations: int,
-          title: str) -> None:  # fmt: skip
+          title: str) -> dict[str, float]:  # fmt: skip
     """One row per (generator, metric), one cell per n; then how many cells are above the bound, against how many a
-    test of exactly the level puts there by chance (each cell is above it with the binomial's tail probability)."""
+    test of exactly the level puts there by chance (each cell is above it with the binomial's tail probability).
+    Returns that summary (for --record): cells, above, pooled, bound."""
     from scipy.stats import binom
 
     bound = LEVEL + 2 * math.sqrt(LEVEL * (1 - LEVEL) / sims)
@@ -231,12 +232,14 @@ def table(module: ModuleType, generators: dict[str, Any], sims: int, sizes: tupl
         print(f"\nThe test (rows aside) above {bound:.1%} in {above} of {len(tests)} cells; a test of exactly 5% is "
               f"there in {chance:.1%} of cells ({chance * len(tests):.1f} expected). Pooled over all cells: "
               f"{np.mean(tests):.2%} (standard error {error:.2%}).")  # fmt: skip
+    pooled = float(np.mean(tests)) if tests else 0.0
+    return {"cells": len(tests), "above": sum(t > bound for t in tests), "pooled": pooled, "bound": bound}
 
 
 # --- pairs of real models --------------------------------------------------------------------------------------------
 
 
-def real_models(pairs: int) -> None:
+def real_models(pairs: int) -> dict[str, list[int]]:
     import torch
 
     sys.path.insert(0, str(ROOT / "tests"))
@@ -292,6 +295,7 @@ def real_models(pairs: int) -> None:
     print("|---|---:|---:|")
     for kind, (paired_n, point_n) in counts.items():
         print(f"| {kind} | {paired_n} of {pairs} | {point_n} of {pairs} |")
+    return counts
 
 
 def main() -> None:
@@ -303,9 +307,25 @@ def main() -> None:
     parser.add_argument("--old", metavar="REVISION", help="decide with trainflow/registry/gate.py of this git revision")
     parser.add_argument("--real-models", action="store_true", help="pairs of trained digits models instead")
     parser.add_argument("--pairs", type=int, default=20, help="--real-models: pairs of each kind")
+    parser.add_argument("--record", action="store_true", help="write the headline to bench/results/ (bench/record.py)")
     args = parser.parse_args()
+    if args.record and args.old:
+        parser.error("--record records this checkout's gate, not --old's")
     if args.real_models:
-        real_models(args.pairs)
+        counts = real_models(args.pairs)
+        if args.record:
+            from record import command_line, record
+
+            (no_effect, point_no_effect), (better, _) = counts["no real effect"], counts["truly better"]
+            record(
+                "gate-real-pairs",
+                what="The champion gate on real pairs of models",
+                command=command_line(),
+                headline=f"promoted: no effect {no_effect} of {args.pairs}, truly better {better} of {args.pairs} "
+                f"(point gate: {point_no_effect} of {args.pairs})",
+                target="—",
+                met="—",
+            )
         return
     sizes = tuple(int(s) for s in args.sizes.split(","))
     only = set(args.metrics.split(",")) if args.metrics else None
@@ -316,10 +336,25 @@ def main() -> None:
     module: ModuleType = gate if args.old is None else old_gate(args.old)
     which = "this checkout's gate" if args.old is None else f"the gate of {args.old}"
     started = time.monotonic()
-    table(module, chosen(GENERATORS), args.sims, sizes, args.permutations, f"Exchangeable (null) pairs, {which}")
-    table(module, chosen(SKEWED), args.sims, sizes, args.permutations,
-          f"Not exchangeable: equal expected loss, differently shaped errors, {which}")  # fmt: skip
+    null = table(module, chosen(GENERATORS), args.sims, sizes, args.permutations, f"Exchangeable (null) pairs, {which}")
+    skewed = table(module, chosen(SKEWED), args.sims, sizes, args.permutations,
+                   f"Not exchangeable: equal expected loss, differently shaped errors, {which}")  # fmt: skip
     print(f"\n{time.monotonic() - started:.0f} s in all")
+    if args.record:
+        from record import command_line, record
+
+        held = {"exchangeable nulls": null["pooled"] <= LEVEL, "Laplace vs Gaussian": skewed["pooled"] <= LEVEL}
+        yes, no = [k for k, v in held.items() if v], [k for k, v in held.items() if not v]
+        met = "yes" if not no else "no" if not yes else f"partly: held on {', '.join(yes)}, not on {', '.join(no)}"
+        record(
+            "gate-level",
+            what="The paired gate's level on null pairs",
+            command=command_line(),
+            headline=f"pooled over {null['cells']} cells {null['pooled']:.2%}; {null['above']} of {null['cells']} "
+            f"cells marked (Laplace vs Gaussian: {skewed['pooled']:.2%}, {skewed['above']} of {skewed['cells']})",
+            target=f"level {LEVEL:.0%} (a cell marked above {null['bound']:.1%})",
+            met=met,
+        )
 
 
 if __name__ == "__main__":

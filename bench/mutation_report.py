@@ -5,7 +5,8 @@ the mutant's name, then `#` and why no test can tell it from the original) is co
 killed / (all mutants - equivalent ones). A timed-out mutant (an endless loop, say) was detected, so it counts as
 killed; a mutant no selected test reaches counts as a survivor.
 
-    .venv/bin/python bench/mutation_report.py [--show]    # --show: print each unjudged survivor's diff too
+    .venv/bin/python bench/mutation_report.py [--show] [--record]   # --show: print each unjudged survivor's diff too
+                                                                    # --record: the kill rate to bench/results/
 """
 
 from __future__ import annotations
@@ -99,6 +100,19 @@ def main() -> int:
             print(f"\n{name}\n{diff(name)}")
     else:
         print(f"{len(survivors)} survivors not judged equivalent; --show prints their diffs")
+    if "--record" in sys.argv:
+        from record import command_line, record
+
+        run = totals["mutants"] - totals["not run"]
+        record(
+            "mutation",
+            what=f"Mutation testing: a sample of {run:,} of {totals['mutants']:,} mutants",
+            command=command_line(),
+            headline=f"{totals['killed']} of {run} killed ({totals['killed'] / max(run, 1):.1%}); {totals['killed']} "
+            f"of the {judged_} non-equivalent ({rate:.1%})",
+            target=f"{TARGET:.0%}",
+            met="yes" if rate >= TARGET else "no",
+        )
     return 0 if rate >= TARGET else 1
 
 

@@ -117,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tables", nargs="+", choices=list(TABLES), default=list(TABLES))
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--setting", nargs="+", action="append", metavar="LABEL [KEY=VALUE ...]")
+    ap.add_argument("--record", action="store_true", help="write the headline to bench/results/ (bench/record.py)")
     args = ap.parse_args(argv)
     settings = {s[0]: s[1:] for s in args.setting or [["params.yaml"]]}
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -170,6 +171,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mean over seeds {args.seeds}")
         print(summary.to_string())
     print(json.dumps({"rows": rows, "load": os.getloadavg()[0], "threads": 1, "np": np.__version__}))
+    if args.record:
+        from record import command_line, record
+
+        last = list(settings)[-1]  # the setting a comparison ends with: the current default (`after`)
+        shown = summary.xs(last, level="setting")
+        values = " / ".join(f"{v:.3f}" for v in shown["value"])
+        linear = " / ".join(f"{v:.3f}" for v in shown["linear"])
+        record(
+            "small-tables",
+            what="Small tables: the default training budget vs scikit-learn",
+            command=command_line(argv),
+            headline=f"{' / '.join(dict.fromkeys(shown['metric']))} {last}: {values}; linear baseline {linear} "
+            f"({', '.join(shown.index)}; seeds {' '.join(map(str, args.seeds))})",
+            target="—",
+            met="—",
+        )
     return 0
 
 

@@ -25,7 +25,7 @@ of the highest score (the first on a tie), as `trainflow predict`'s `prediction`
 Why ONNX, and why torch's TorchScript-based exporter: ONNX is what serving stacks load without Python (a
 `torch.export` program needs torch to run), and it can hold the preprocessing of strings (a `torch.export` program
 cannot). The TorchScript-based exporter traces a model quickly, needs only the `onnx` package and gave mlp, cnn,
-text_transformer and text_bag within float32 rounding of torch (BENCHMARKS.md, "ONNX export"); the dynamo-based one
+text_transformer and text_bag within float32 rounding of torch (benchmarks/onnx-export.md); the dynamo-based one
 was many times slower on the MLP and needs onnxscript. Its output is the same bytes for the same weights (so an
 unchanged retrain still exports byte for byte, and register adds no version). The tables' preprocessing is written
 with `onnx.helper` (strings and NaN tests are not traceable) and joined in front of the traced model.

@@ -63,8 +63,8 @@ def parquet_options(table: Any) -> dict[str, Any]:
     """How trainflow writes its tables: the keywords of pyarrow's ParquetWriter (and of DataFrame.to_parquet) for
     `table`, the pyarrow Schema written or the DataFrame. Dictionary encoding for every column but floats and the row
     key: a float column rarely repeats its values, and a row key (a 64-bit hash) never does, so the writer builds a
-    dictionary per row group only to give it up: a slower write, and a file no smaller (BENCHMARKS.md, "Data larger
-    than memory")."""
+    dictionary per row group only to give it up: a slower write, and a file no smaller
+    (benchmarks/history/2026-11-27-out-of-core-634aa0d.md)."""
     import pyarrow as pa
 
     if isinstance(table, pa.Schema):

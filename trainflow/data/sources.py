@@ -637,7 +637,7 @@ def _record_chunks(
     a record's end and the hash are done while the caller parses the piece before.
 
     Each read starts at the previous piece's end (the partial record after it is read again, not copied onto the
-    next read: concatenating the pieces copied the whole file once more; BENCHMARKS.md, "Data larger than memory")."""
+    next read: concatenating the pieces copied the whole file once more; benchmarks/out-of-core.md)."""
     with path.open("rb") as f:
         if start and digest is not None:  # a header before the records (data.header_rows): hashed, not yielded
             digest.update(f.read(start))

@@ -48,7 +48,7 @@ def arrow_memory() -> Iterator[None]:
     higher. Ingest only: streamed train peaked higher with jemalloc than with mimalloc.
 
     jemalloc's decay is set to 0 first (its arenas are made with it): freed pages go back to the OS at once, not over
-    the next second, which lowers ingest's peak RSS (BENCHMARKS.md, "Data larger than memory")."""
+    the next second, which lowers ingest's peak RSS (benchmarks/history/2026-11-27-out-of-core-b58515e.md)."""
     before = pa.default_memory_pool()
     with contextlib.suppress(NotImplementedError):  # a build without it (not Linux): Arrow's default stays
         pa.jemalloc_set_decay_ms(0)
@@ -199,7 +199,7 @@ class ColumnSpill:
     column of `raw` as float64 is not written at all (`link`): it is read from the raw spill again, converted.
 
     Linking: without it a large ingest spends a good share of its time converting and writing its numeric columns,
-    the same values the raw spill holds, and more deleting the spill (BENCHMARKS.md, "Data larger than memory")."""
+    the same values the raw spill holds, and more deleting the spill (benchmarks/out-of-core.md)."""
 
     def __init__(self, folder: Path, batch_rows: int | None = None, raw: SpilledFrame | None = None) -> None:
         self.folder, self.raw = folder, raw

@@ -139,7 +139,7 @@ def _unit_counts(
     """A bucket's units' keys (in key order), and their strata, rows and saved splits (-1: new), in no particular
     order: what the quotas need. Where no key repeats (every row its own unit: rows keyed by their values, without
     duplicates), the units are the rows, and only np.sort is needed to see that, a small part of what the units in
-    key order (`_Bucket`) cost (BENCHMARKS.md, "Data larger than memory")."""
+    key order (`_Bucket`) cost (benchmarks/out-of-core.md)."""
     records = np.fromfile(path, dtype=RECORD)
     keys, codes = records["key"], records["code"]
     order = np.argsort(keys) if previous is not None else None  # saved splits are looked up in key order

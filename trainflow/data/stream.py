@@ -88,7 +88,7 @@ class Choice:
 
 
 # A split held in memory takes about this many times its Parquet data (uncompressed) at the peak of a stage: the
-# frame, the preprocessed matrix, the outputs (measured on evaluate: BENCHMARKS.md, "Data larger than memory").
+# frame, the preprocessed matrix, the outputs (measured on evaluate: benchmarks/history/2026-11-26-out-of-core.md).
 MEMORY_PER_TABLE_BYTE = 6
 
 

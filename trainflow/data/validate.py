@@ -256,8 +256,8 @@ class SpilledTable:
 
         The row keys are hashed a block of raw rows at a time in a thread (`spill.ahead`) while the rows before them
         are encoded (the Parquet writer lets go of the GIL), so the two share the machine's cores; the keys are never
-        held whole (8 bytes a row). Most of the hashing's time is hidden behind the write (BENCHMARKS.md, "Data larger
-        than memory")."""
+        held whole (8 bytes a row). Most of the hashing's time is hidden behind the write
+        (benchmarks/history/2026-11-27-out-of-core-b58515e.md)."""
         try:
             self._write(dest, text=False)
         except _Unhashable:  # as in memory: every row hashed as text when one holds an unhashable value

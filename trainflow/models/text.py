@@ -180,8 +180,8 @@ class TextBag(nn.Module):
     padding follows its text.
 
     Pairs are off by default: on bench/text_defaults.py's sets they helped a lot where a negation turns a word around
-    (sentiment) but hurt where topics share most words (they overfit; BENCHMARKS.md, "The default text model on a
-    CPU"); `model.kwargs: {buckets: 32000}` turns them on."""
+    (sentiment) but hurt where topics share most words (they overfit; benchmarks/text-defaults.md);
+    `model.kwargs: {buckets: 32000}` turns them on."""
 
     PAIR = 1_000_003  # a pair (a, b) is row vocab_size + (a * PAIR + b) % buckets
 

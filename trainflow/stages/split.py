@@ -15,7 +15,7 @@ Written: a split held in memory as a file of its own, data/splits/<name>.parquet
 processed table is linked in as data/splits/table.parquet (a second name for the same file, so data/splits still holds
 everything the later stages read) and data/splits/rows.npy gives each of its rows its split (a byte a row). The later
 stages read either through `stream.Split`: the same rows, columns and dtypes. Copying the three parts would rewrite
-the whole table, about as much work as the rest of the split (BENCHMARKS.md, "Data larger than memory").
+the whole table, about as much work as the rest of the split (benchmarks/history/2026-11-27-out-of-core-b58515e.md).
 """
 
 from __future__ import annotations
