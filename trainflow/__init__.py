@@ -2,6 +2,6 @@
 
 from trainflow import _moved
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _moved.install()
