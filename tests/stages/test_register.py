@@ -45,3 +45,25 @@ def test_register_returns_the_uri_of_the_model_it_logs_into_trains_run_when_trai
     assert found == (train_run, "models:/m-logged-by-register")
     # once, into train's run, 5 val rows as example, as register.flavor says
     assert logged == [(train_run, paths.final, [0, 1, 2, 3, 4], "package")]
+
+
+def test_a_champion_without_split_tags_is_compared_on_no_rows_of_its_split_and_says_why(csv_project: Path) -> None:
+    """A champion registered before versions recorded their split (no lineage, generation or data_hash tag) still
+    meets the gate: which of this split's test rows it held is unknown, and the gate is told why, not a crash on the
+    missing generation."""
+    from trainflow.data.schema import Schema
+    from trainflow.params import load_params
+    from trainflow.registry import registry
+    from trainflow.stages import register, run_stage
+
+    paths = Paths(csv_project)
+    for stage in ("ingest", "split"):
+        run_stage(stage, load_params(paths.params), paths)
+    sliced = register.slicing(paths, Schema.read(paths.split_schema), None)
+    assert registry.LINEAGE_TAG in sliced.tags and registry.GENERATION_TAG in sliced.tags  # what this version records
+    untagged = sliced.held({})
+    assert untagged.split is None and untagged.clean is None and "not in the DVC cache" in untagged.how
+    # the same split's own tags: every test row was a test row of the champion's split too (or new)
+    tagged = sliced.held(sliced.tags)
+    assert tagged.split is not None and tagged.clean is not None and tagged.clean.all()
+    assert "extends the champion's" in tagged.how
