@@ -141,6 +141,7 @@ def test_a_streamed_train_stage_trains_the_in_memory_weights_and_resumes_to_them
     in_memory = train(project, "train.shuffle=blocks")
     err = capsys.readouterr().err
     assert "train: data held in memory" in err and "sample order: blocks" in err
+    assert "train: model.name auto: mlp (a table of features: a multilayer perceptron)" in err  # what auto chose
     exported = {p.name: digest(p) for p in paths.final.iterdir()}
     shutil.rmtree(paths.checkpoints)  # train afresh, streamed
 
