@@ -226,3 +226,26 @@ def test_activation_checkpointing_on_off_and_refused(monkeypatch: pytest.MonkeyP
         model.activation_checkpointing(True)
     assert str(exc.value) == "BertForSequenceClassification does not support activation checkpointing"
     model.activation_checkpointing(False)
+
+
+def test_activation_checkpointing_calls_transformers_4_names_where_the_new_ones_are_missing() -> None:
+    """Transformers 4 has gradient_checkpointing_* only: both directions call those (the 5 names would fail)."""
+    from trainflow.models import hf
+
+    model = hf.HFSequenceModel(2, bert_config().to_dict())
+    calls: list[tuple[Any, ...]] = []
+
+    class Older:  # Transformers 4's API, recording what it is asked
+        supports_gradient_checkpointing = True
+
+        def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs: dict[str, Any]) -> None:
+            calls.append(("enable", gradient_checkpointing_kwargs))
+
+        def gradient_checkpointing_disable(self) -> None:
+            calls.append(("disable",))
+
+    del model.model  # a registered submodule: replaced by a plain attribute
+    model.model = Older()
+    model.activation_checkpointing(True)
+    model.activation_checkpointing(False)
+    assert calls == [("enable", {"use_reentrant": False}), ("disable",)]
