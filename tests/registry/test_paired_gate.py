@@ -421,6 +421,20 @@ def test_resampled_metrics_on_hand_picked_resamples() -> None:
     assert gate.metric_value("rmse", reg) == pytest.approx(math.sqrt(10 / 3))
 
 
+def test_resampled_ranked_metrics_and_f1_are_sklearn_s_on_each_resample() -> None:
+    """The metrics that are not means over rows (the card's bootstrap intervals of them): each resample scored whole."""
+    labels = np.array([0, 1, 1, 0, 1, 0])
+    positive = np.array([0.2, 0.7, 0.6, 0.4, 0.3, 0.1])
+    scored = gate.Scored(labels, np.stack([1 - positive, positive], axis=1))
+    idx = np.array([[0, 1, 2, 3, 4, 5], [0, 1, 3, 4, 4, 5], [5, 2, 3, 1, 0, 0]])
+    roc, pr, f1 = (gate.resampled(m, scored, idx) for m in ("roc_auc", "pr_auc", "f1_macro"))
+    for i, rows in enumerate(idx):
+        y, p = labels[rows], positive[rows]
+        assert roc[i] == pytest.approx(roc_auc_score(y, p))
+        assert pr[i] == pytest.approx(average_precision_score(y, p))
+        assert f1[i] == pytest.approx(f1_score(y, (p > 0.5).astype(int), average="macro"))
+
+
 def test_mcnemar_counts_the_rows_only_one_model_gets_right_and_its_exact_p_values() -> None:
     labels = np.array([0, 0, 0, 0, 0])
     right, wrong = [0.9, 0.1], [0.1, 0.9]
