@@ -537,3 +537,9 @@ def test_augmented_images_are_flipped_per_sample_as_a_function_of_seed_epoch_and
         assert torch.equal(data.batch(T([5, 2])).inputs["images"], whole[[5, 2]])  # another batch: the same images
         flips.append(flipped)
     assert any(any(f) for f in flips) and any(not all(f) for f in flips) and flips[0] != flips[1]
+
+
+def test_tensor_data_puts_features_and_targets_on_its_device() -> None:
+    """Both on the training device (the meta device stands in for a GPU: a tensor left on the CPU keeps device cpu)."""
+    data = TensorData(torch.zeros(4, 3), torch.arange(4), device="meta")
+    assert (data.x.device.type, data.y.device.type, data.device.type) == ("meta", "meta", "meta")
