@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from support.preprocessing import TABULAR, fit, message, schema, tabular_train
+from support.preprocessing import schema as schema_for
 
 from trainflow.core.errors import DataError
 from trainflow.data.preprocess import CLS_ID, PAD_ID, UNK_ID, Column, Preprocessor, encode, train_tokenizer
@@ -22,25 +23,6 @@ from trainflow.data.schema import Kind, Schema
 from trainflow.params import FeatureParams
 
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "theta", "kappa", "lambda", "omega"]
-
-
-def schema_for(
-    kinds: dict[str, Kind],
-    task: str = "classification",
-    classes: list[str] | None = None,
-    text_column: str | None = None,
-) -> Schema:
-    features = [c for c in kinds if c != text_column]
-    return Schema(
-        source="test",
-        target="y",
-        task=task,  # type: ignore[arg-type]
-        features=features,
-        kinds=kinds,
-        classes=classes if classes is not None else (["a", "b"] if task == "classification" else []),
-        n_rows=0,
-        text_column=text_column,
-    )
 
 
 def column(pre: Preprocessor, x: np.ndarray, name: str) -> np.ndarray:
