@@ -116,18 +116,9 @@ def _dispatch(args: argparse.Namespace) -> int:
     from trainflow.core.paths import Paths
 
     paths = Paths.default()
-    if args.command == "params":
-        return params.command(args, paths)
-    if args.command == "predict":
-        return predict.command(args, paths)
-    if args.command == "models":
-        return models.command(args, paths)
-    if args.command == "tune":
-        return tune.command(args, paths)
-    if args.command == "verify":
-        return verify.command(args, paths)
-    if args.command == "data":
-        return data.command(args, paths)
-    if args.command == "deploy":
-        return deploy.command(args, paths)
+    commands = {"params": params, "predict": predict, "models": models, "tune": tune, "verify": verify, "data": data,
+                "deploy": deploy}  # fmt: skip
+    if args.command in commands:
+        result: int = commands[args.command].command(args, paths)
+        return result
     return overrides.run_with_overrides(args, paths)  # `trainflow stage` and `trainflow run`
