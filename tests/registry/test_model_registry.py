@@ -1,7 +1,7 @@
 """The model registry (trainflow.registry.registry) on a SQLite store in tmp_path: the registration dict, the version
 tags and the aliases after each decision (first version, worse, better, lower-is-better, a champion re-scored or not),
-reruns and interrupted attempts, the kind of model a name holds, promote and rollback, `models list`, the lock beside
-the store, and what a registry call that got no answer says. Each value is written out by hand from the inputs."""
+reruns and interrupted attempts, the kind of model a name holds, promote and rollback, `models list`, and what
+a registry call that got no answer says. Each value is written out by hand from the inputs."""
 
 from __future__ import annotations
 
@@ -19,28 +19,6 @@ from trainflow.artifacts import manifest
 from trainflow.core.errors import ServiceError, UserError
 from trainflow.params import RegisterParams
 from trainflow.registry import gate, registry
-
-
-@pytest.mark.parametrize(
-    ("uri", "expected"),
-    [
-        ("sqlite:////abs/dir/x.db", "/abs/dir/x.db.registry.lock"),
-        ("sqlite:///rel%20dir/x.db", "rel dir/x.db.registry.lock"),
-        ("file:///store/ml%20runs", "/store/ml runs/.registry.lock"),
-        ("/plain/path", "/plain/path/.registry.lock"),
-    ],
-)
-def test_the_lock_sits_beside_a_local_store(uri: str, expected: str) -> None:
-    assert registry.lock_path(uri) == Path(expected)
-
-
-@pytest.mark.parametrize("uri", ["sqlite://", "sqlite:///:memory:", "http://server:5000"])
-def test_a_store_without_a_local_file_locks_in_the_temp_directory(uri: str) -> None:
-    import hashlib
-    import tempfile
-
-    digest = hashlib.sha256(uri.encode()).hexdigest()[:16]
-    assert registry.lock_path(uri) == Path(tempfile.gettempdir()) / f"trainflow-registry-{digest}.lock"
 
 
 def test_a_failed_registry_call_says_what_where_and_that_nothing_changed(tmp_path: Path) -> None:
@@ -137,6 +115,7 @@ def test_the_first_registration_is_champion_with_every_tag_and_the_kind_of_the_n
         "metric.accuracy": "0.75",
         "metric.n_test": "40.0",
         "registry_decision": "version 1 is the first champion of m",
+        "decided_against": "none",
     }
     assert store.aliases() == {"champion": "1", "challenger": "1"}
     assert store.model_tags() == {"target": "species", "task": "classification", "champion_history": "[1]"}
@@ -174,7 +153,12 @@ def test_a_worse_version_is_challenger_only_and_the_decision_says_by_how_much(tm
         "tags": {"test_data_hash": "h"},
     }
     assert store.aliases() == {"champion": "1", "challenger": "2"}
-    assert store.version_tags(2) == {"test_data_hash": "h", "metric.accuracy": "0.79", "registry_decision": decision}
+    assert store.version_tags(2) == {
+        "test_data_hash": "h",
+        "metric.accuracy": "0.79",
+        "registry_decision": decision,
+        "decided_against": "1",
+    }
     assert store.model_tags() == {"champion_history": "[1]"}
 
 
@@ -255,7 +239,12 @@ def test_a_champion_without_the_gate_metric_stays_and_the_decision_says_why(tmp_
     assert result["decision"] == decision
     assert (result["champion"], result["champion_version"], result["previous_champion"]) == (False, 1, 1)
     assert (result["previous_value"], result["previous_metrics"]) == (None, {"r2": 0.1})
-    assert store.version_tags(2) == {"test_data_hash": "new", "metric.accuracy": "0.99", "registry_decision": decision}
+    assert store.version_tags(2) == {
+        "test_data_hash": "new",
+        "metric.accuracy": "0.99",
+        "registry_decision": decision,
+        "decided_against": "1",
+    }
     assert store.aliases() == {"champion": "1", "challenger": "2"}
     again = store.register({"accuracy": 0.99}, run_id=run_id, test_hash="new")
     assert (again["champion"], again["champion_version"]) == (False, 1)
@@ -353,6 +342,7 @@ def test_an_attempt_that_failed_before_deciding_is_completed_on_its_version(tmp_
         "test_data_hash": "h",
         "metric.accuracy": "0.9",
         "registry_decision": result["decision"],
+        "decided_against": "1",
     }
     assert len(store.client.search_model_versions("name='m'")) == 2
 
@@ -506,3 +496,48 @@ def test_paired_without_the_challenger_s_rows_is_a_programming_error(tmp_path: P
     with pytest.raises(ValueError) as bad:
         store.register({"accuracy": 0.5}, params=RegisterParams(model_name="m"))
     assert str(bad.value) == "register.decide: paired needs the challenger's per-row outputs"
+
+
+def test_a_champion_move_the_registry_refuses_keeps_the_version_challenger_and_says_who_may(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server with access control answers PERMISSION_DENIED to the alias write: nothing but the alias write was
+    tried (the history and the change tag are untouched), the version stays challenger with its decision recorded,
+    and the error names the user and the command for one who may (a UserError: exit 2)."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import PERMISSION_DENIED
+    from mlflow.tracking import MlflowClient
+
+    store = Store(tmp_path)
+    store.register({"accuracy": 0.75})
+    allowed = MlflowClient.set_registered_model_alias
+
+    def refuse_champion(self: Any, name: str, alias: str, version: str) -> None:
+        if alias == registry.CHAMPION:
+            raise MlflowException("Permission denied", error_code=PERMISSION_DENIED)
+        allowed(self, name, alias, version)
+
+    monkeypatch.setattr(MlflowClient, "set_registered_model_alias", refuse_champion)
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "bob")
+    run_id = store.run()
+    with pytest.raises(registry.NotAllowed) as refused:
+        store.register({"accuracy": 0.9}, run_id=run_id)
+    assert isinstance(refused.value, UserError)
+    assert str(refused.value) == (
+        "the registry refused to move `champion` of 'm' to version 2 for bob (Permission denied); version 2 stays "
+        "`challenger`. A user allowed to move it runs `trainflow models promote 2 --name m --reason ...`"
+    )
+    assert store.aliases() == {"champion": "1", "challenger": "2"}
+    assert store.model_tags()["champion_history"] == "[1]"
+    tags = store.version_tags(2)
+    assert registry.CHANGE_TAG not in tags
+    assert tags["decided_against"] == "1"
+    assert tags["registry_decision"].startswith("accuracy 0.9 beats champion version 1's 0.75")
+    assert tags["registry_decision"].endswith(f"; not moved: {refused.value}")
+    # The rerun reports the recorded decision and changes nothing; promoting by hand, once allowed, moves it.
+    assert store.register({"accuracy": 0.9}, run_id=run_id)["champion"] is False
+    with pytest.raises(registry.NotAllowed):
+        registry.promote("m", 2, "reviewed")
+    monkeypatch.setattr(MlflowClient, "set_registered_model_alias", allowed)
+    assert registry.promote("m", 2, "reviewed")["champion"] == 2
+    assert store.aliases()["champion"] == "2"

@@ -14,21 +14,19 @@ any other failure of a lookup (a timeout, a 503, a locked store) is a ServiceErr
 champion alias as it was, and so is an outage while re-scoring the champion. The register task retries it with
 backoff (tasks/retry.py) and a rerun completes the registration, since a run registers at most one version.
 
-The whole decision runs under an exclusive file lock (`registry_lock`), so two registrations at once never both
-see "no better champion" and both take the alias.
+The whole decision runs under an exclusive lock (trainflow.registry.lock: a file beside a local store, a lock the
+registry holds for a shared one), so two registrations at once never both see "no better champion" and both take the
+alias, and each decides against the champion that holds the alias when it moves it (its AGAINST_TAG).
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import hashlib
 import tempfile
 from collections.abc import Callable, Iterator
 from datetime import UTC
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlparse
 
 from trainflow.artifacts import manifest
 from trainflow.core import outage
@@ -36,6 +34,7 @@ from trainflow.core.errors import ServiceError, UserError
 from trainflow.core.io import disk_full, failpoint, no_space
 from trainflow.params import RegisterParams
 from trainflow.registry import gate as paired
+from trainflow.registry.lock import is_lock, registry_lock
 
 if TYPE_CHECKING:
     import numpy as np
@@ -46,6 +45,7 @@ MINIMIZE = paired.MINIMIZE  # gate metrics where lower is better (defined once, 
 CHAMPION, CHALLENGER = "champion", "challenger"
 TEST_HASH_TAG = "test_data_hash"
 DECISION_TAG = "registry_decision"
+AGAINST_TAG = "decided_against"  # version tag: the champion version its decision compared it with ("none": the first)
 MODEL_TAG = "model_sha256"  # version tag: the hash of models/final's files (tracking.model_hash)
 HISTORY_TAG = "champion_history"  # registered model tag: the champion versions, oldest first (JSON), for rollback
 CHANGE_TAG = "champion_change"  # version tag: how and why it (last) became champion
@@ -82,32 +82,6 @@ def gate_metric(params: RegisterParams, metrics: dict[str, float]) -> str:
             [("register.gate_metric", f"{gate} is not measured for this task; the metrics are {sorted(metrics)}")],
         )
     return gate
-
-
-def lock_path(tracking_uri: str) -> Path:
-    """Where registrations against `tracking_uri` serialise: beside a SQLite store or inside a file store, which
-    every process using that store can see; for a tracking server, a file in this machine's temp directory (so
-    registrations from one machine serialise; across machines, run registrations from one work pool at a time)."""
-    parsed = urlparse(tracking_uri)
-    if parsed.scheme == "sqlite" and parsed.path not in ("", "/", "/:memory:"):
-        db = Path(unquote(parsed.path[1:]))  # sqlite:////abs/x.db is /abs/x.db, sqlite:///x.db is x.db (SQLAlchemy)
-        return db.with_name(db.name + ".registry.lock")
-    if parsed.scheme in ("", "file"):
-        return Path(unquote(parsed.path or tracking_uri)) / ".registry.lock"
-    digest = hashlib.sha256(tracking_uri.encode()).hexdigest()[:16]
-    return Path(tempfile.gettempdir()) / f"trainflow-registry-{digest}.lock"
-
-
-@contextlib.contextmanager
-def registry_lock(tracking_uri: str) -> Iterator[Path]:
-    """An exclusive lock for one registration decision (an OS file lock: released when the process dies, so never
-    stale; fcntl on POSIX, msvcrt on Windows, through the filelock package)."""
-    from filelock import FileLock
-
-    path = lock_path(tracking_uri)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(path):
-        yield path
 
 
 def registry_failed(what: str, exc: BaseException, rerun: str) -> ServiceError:
@@ -250,7 +224,7 @@ def register(
     all_tags = {**tags, TEST_HASH_TAG: test_hash, **{f"metric.{k}": repr(float(v)) for k, v in metrics.items()}}
     if slicing is not None:
         all_tags |= slicing.tags
-    with registry_lock(mlflow.get_tracking_uri()):
+    with registry_lock(mlflow.get_tracking_uri(), name):
         failpoint("register")
         flavor = tags.get(FLAVOR_TAG, "package")
         existing = version_of_run(client, name, run_id, flavor)
@@ -362,11 +336,16 @@ def register(
                         why += f"; {left_out(held, keep)}"
                     then = f"champion moves to version {version}" if promoted else f"stays version {current.version}"
                     decision = f"{why}: {then}"
-        if promoted:
-            set_champion(client, name, version, f"register: {decision}")
         if comparison is not None:
             for key, value in comparison.tags().items():
                 client.set_model_version_tag(name, str(version), key, value)
+        client.set_model_version_tag(name, str(version), AGAINST_TAG, str(current.version) if current else "none")
+        if promoted:
+            try:
+                set_champion(client, name, version, f"register: {decision}")
+            except NotAllowed as refused:  # the version stays challenger, and says why
+                client.set_model_version_tag(name, str(version), DECISION_TAG, f"{decision}; not moved: {refused}")
+                raise
         client.set_model_version_tag(name, str(version), DECISION_TAG, decision)
     return {
         "model_name": name,
@@ -474,12 +453,30 @@ def champion_history(client: Any, name: str) -> list[int]:
     return [int(v) for v in json.loads(tags.get(HISTORY_TAG, "[]"))]
 
 
+class NotAllowed(UserError):
+    """The registry refused to move `champion` for this user (a server with access control): nothing was changed."""
+
+
 def set_champion(client: Any, name: str, version: int, why: str) -> None:
-    """Point `champion` at `version`, append it to the history, and tag it with why. Call under registry_lock."""
+    """Point `champion` at `version`, append it to the history, and tag it with why. Call under registry_lock. The
+    alias moves first: when the registry refuses it (NotAllowed), nothing else was written."""
     import json
+    import os
     from datetime import datetime
 
-    client.set_registered_model_alias(name, CHAMPION, str(version))
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.set_registered_model_alias(name, CHAMPION, str(version))
+    except MlflowException as exc:
+        if exc.error_code != "PERMISSION_DENIED":
+            raise
+        user = os.environ.get("MLFLOW_TRACKING_USERNAME", "this user")
+        raise NotAllowed(
+            f"the registry refused to move `champion` of {name!r} to version {version} for {user} ({exc.message}); "
+            f"version {version} stays `challenger`. A user allowed to move it runs `trainflow models promote "
+            f"{version} --name {name} --reason ...`"
+        ) from None
     history = [v for v in champion_history(client, name) if v != version] + [version]
     client.set_registered_model_tag(name, HISTORY_TAG, json.dumps(history))
     when = datetime.now(UTC).isoformat(timespec="seconds")
@@ -512,7 +509,7 @@ def registered_models(client: Any = None) -> list[dict[str, Any]]:
     found = lookup(lambda: list(_every_page(client.search_registered_models)), "listing the registered models",
                    RERUN_MODELS)  # fmt: skip
     out = []
-    for model in sorted(found or [], key=lambda m: m.name):
+    for model in sorted((m for m in found or [] if not is_lock(m.name)), key=lambda m: m.name):
         search = functools.partial(client.search_model_versions, f"name='{model.name}'")
         versions = lookup(search, "listing versions", RERUN_MODELS) or []
         out.append(
@@ -571,7 +568,7 @@ def promote(name: str, version: int, reason: str) -> dict[str, Any]:
     what = f"looking up version {version} of {name!r}"
     if lookup(lambda: client.get_model_version(name, str(version)), what, RERUN_MODELS) is None:
         raise UserError(f"{name} has no version {version}; `trainflow models list` shows them")
-    with registry_lock(mlflow.get_tracking_uri()):
+    with registry_lock(mlflow.get_tracking_uri(), name):
         before = current_champion(client, name, RERUN_MODELS)
         set_champion(client, name, version, f"promoted by hand (trainflow models promote): {reason}")
     return {"model_name": name, "champion": version, "previous_champion": int(before.version) if before else None}
@@ -584,7 +581,7 @@ def rollback(name: str, reason: str) -> dict[str, Any]:
     import mlflow
 
     client = _client_and_model(name)
-    with registry_lock(mlflow.get_tracking_uri()):
+    with registry_lock(mlflow.get_tracking_uri(), name):
         current = current_champion(client, name, RERUN_MODELS)
         if current is None:
             raise UserError(f"{name} has no champion to roll back; `trainflow models promote VERSION` sets one")
