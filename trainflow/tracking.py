@@ -18,6 +18,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from trainflow.core import processes
 from trainflow.core.io import sha256_files, write_json
@@ -61,8 +62,11 @@ def ensure_experiment(name: str, root: Path) -> str:
     exp = mlflow.get_experiment_by_name(name)
     if exp is not None:
         return str(exp.experiment_id)
-    # Artifacts go next to the project, not into whatever the current directory is.
-    location = (root / "mlartifacts").resolve().as_uri()
+    # A local store: artifacts go next to the project, not into whatever the current directory is. A tracking server
+    # (or a database every machine reaches) chooses where they go: a path in this workspace would send every
+    # teammate's models to a directory on their own disk, where no one else can load them.
+    local = urlparse(mlflow.get_tracking_uri()).scheme in ("", "file", "sqlite")
+    location = (root / "mlartifacts").resolve().as_uri() if local else None
     return str(mlflow.create_experiment(name, artifact_location=location))
 
 
