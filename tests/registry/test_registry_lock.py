@@ -181,3 +181,4 @@ def test_a_refused_lock_says_what_permission_is_missing_and_that_nothing_was_dec
     assert "Nothing was decided; the champion alias is as it was." in str(refused.value)
     with pytest.raises(ServiceError, match="Rerun `trainflow stage register` once the registry answers"):
         lock._take(_Refusing("TEMPORARILY_UNAVAILABLE"), "iris.trainflow-lock", "me", 1.0)
+

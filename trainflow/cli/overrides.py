@@ -38,7 +38,7 @@ def run_with_overrides(args: argparse.Namespace, paths: Paths) -> int:
         try:
             return _run(args, paths)
         except UserError as exc:
-            if args.overrides and paths.params.read_bytes() != before:  # the overrides led to the error: not kept
+            if args.overrides and exc.params_in_question and paths.params.read_bytes() != before:  # not kept
                 from trainflow.core.io import atomic_path
 
                 with atomic_path(paths.params) as tmp:

@@ -7,6 +7,9 @@ class UserError(Exception):
     """Bad params, bad data or a missing file: the message names what to fix."""
 
     exit_code = 2
+    # Whether the params may be what is wrong: a command given -S puts params.yaml back when this is raised. False for
+    # an error after stages ran on the overrides and DVC recorded them (the params are not in question).
+    params_in_question = True
 
 
 class ParamsError(UserError):

@@ -107,6 +107,14 @@ def lookup(call: Callable[[], Any], what: str, rerun: str = RERUN_REGISTER) -> A
     except MlflowException as exc:
         if outage.not_found(exc):
             return None
+        if exc.error_code == "PERMISSION_DENIED":
+            import mlflow
+
+            raise NotAllowed(
+                f"{what}: the registry at {mlflow.get_tracking_uri()} refused it for {_user()} ({exc.message}); "
+                "nothing was changed. Ask for read permission on the model (MLFLOW_TRACKING_USERNAME and "
+                "MLFLOW_TRACKING_PASSWORD say who you are)"
+            ) from None
         raise registry_failed(what, exc, rerun) from exc
 
 
@@ -114,6 +122,10 @@ def current_champion(client: Any, name: str, rerun: str = RERUN_REGISTER) -> Any
     """The model version holding the `champion` alias, or None when the registry answers that there is none (no alias
     yet, or no such model). A lookup that fails otherwise raises (`lookup`): it never makes a first champion."""
     what = f"looking up the champion of {name!r}"
+    # The model first: a server with access control refuses an alias of a model that does not exist (403, where a
+    # plain server says "not found"), and a first registration must read that as "no champion".
+    if lookup(lambda: client.get_registered_model(name), what, rerun) is None:
+        return None
     return lookup(lambda: client.get_model_version_by_alias(name, CHAMPION), what, rerun)
 
 
@@ -454,14 +466,22 @@ def champion_history(client: Any, name: str) -> list[int]:
 
 
 class NotAllowed(UserError):
-    """The registry refused to move `champion` for this user (a server with access control): nothing was changed."""
+    """The registry refused this user something (a server with access control): nothing was changed. Raised after the
+    stages ran, so params.yaml keeps a run's -S overrides (DVC recorded the stages with them)."""
+
+    params_in_question = False
+
+
+def _user() -> str:
+    import os
+
+    return os.environ.get("MLFLOW_TRACKING_USERNAME", "this user")
 
 
 def set_champion(client: Any, name: str, version: int, why: str) -> None:
     """Point `champion` at `version`, append it to the history, and tag it with why. Call under registry_lock. The
     alias moves first: when the registry refuses it (NotAllowed), nothing else was written."""
     import json
-    import os
     from datetime import datetime
 
     from mlflow.exceptions import MlflowException
@@ -471,9 +491,8 @@ def set_champion(client: Any, name: str, version: int, why: str) -> None:
     except MlflowException as exc:
         if exc.error_code != "PERMISSION_DENIED":
             raise
-        user = os.environ.get("MLFLOW_TRACKING_USERNAME", "this user")
         raise NotAllowed(
-            f"the registry refused to move `champion` of {name!r} to version {version} for {user} ({exc.message}); "
+            f"the registry refused to move `champion` of {name!r} to version {version} for {_user()} ({exc.message}); "
             f"version {version} stays `challenger`. A user allowed to move it runs `trainflow models promote "
             f"{version} --name {name} --reason ...`"
         ) from None
