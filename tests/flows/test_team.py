@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from support.projects import FAST, REPO, make_project
-from support.team import S3, MlflowServer, mlflow_server, postgres, s3_server
+from support.team import ARTIFACTS, DATABASES, DVC_REMOTE, S3, MlflowServer, mlflow_server, postgres, s3_server
 from support.vcs import dvc, git, locked_outs, snapshot
 
 from trainflow.registry.registry import CHAMPION, DECISION_TAG
@@ -44,10 +44,8 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[S3, MlflowS
     with contextlib.ExitStack() as servers:
         db = servers.enter_context(postgres(where / "postgres"))
         s3 = servers.enter_context(s3_server(where / "s3"))
-        backend = db.create_database("mlflow")
-        tracking = servers.enter_context(
-            mlflow_server(where / "mlflow", backend, f"s3://{s3.bucket}/mlartifacts", env=s3.env)
-        )
+        backend = db.create_database(DATABASES[0])
+        tracking = servers.enter_context(mlflow_server(where / "mlflow", backend, ARTIFACTS, env=s3.env))
         yield s3, tracking
         # Nothing the server was given landed on its disk: its folder holds its log only.
         assert [p.name for p in (where / "mlflow").iterdir()] == ["mlflow.log"]
@@ -87,7 +85,7 @@ def test_a_teammate_pulls_the_run_and_registers_a_challenger_in_the_shared_regis
     client = MlflowClient(server.url)
     a = make_project(tmp_path / "a", SETTINGS)
     shutil.copy2(REPO / ".gitignore", a / ".gitignore")
-    dvc(a, "remote", "add", "-d", "team", f"s3://{s3.bucket}/dvc")
+    dvc(a, "remote", "add", "-d", "team", DVC_REMOTE)
     dvc(a, "remote", "modify", "team", "endpointurl", s3.endpoint)
     ran = dvc(a, "repro")
     assert all(f"Running stage '{s}'" in ran for s in STAGES)

@@ -32,6 +32,15 @@ from support.servers import BIN, free_port, spawn, stop, tail, wait_for_http
 INSTALL_EXTRA = "pip install -e '.[team]'"
 # Debian and Ubuntu keep the server binaries (initdb, postgres) out of PATH, one folder per major version.
 PG_VERSIONS = Path("/usr/lib/postgresql")
+# What a team's servers are set up with, here and in deploy/team/compose.yaml (tests/contracts/test_team_compose.py
+# compares them): one database per server, one bucket for MLflow's artifacts and the DVC remote, the access-control
+# app and the permission of a user on what they did not create.
+DATABASES = ("mlflow", "prefect", "optuna")
+BUCKET = "team"
+ARTIFACTS = f"s3://{BUCKET}/mlartifacts"
+DVC_REMOTE = f"s3://{BUCKET}/dvc"
+AUTH_APP = "trainflow-auth"
+DEFAULT_PERMISSION = "READ"
 
 
 def need_module(name: str) -> None:
@@ -163,7 +172,7 @@ class S3:
 
 
 @contextlib.contextmanager
-def s3_server(tmp: Path, bucket: str = "team", timeout_s: float = 60) -> Iterator[S3]:
+def s3_server(tmp: Path, bucket: str = BUCKET, timeout_s: float = 60) -> Iterator[S3]:
     """moto's server mode on 127.0.0.1 at a free port (its objects in memory), with `bucket` made."""
     for module in ("moto", "flask", "flask_cors", "boto3"):  # moto[server]: its server needs flask and flask-cors
         need_module(module)
