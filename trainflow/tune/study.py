@@ -201,9 +201,9 @@ def open_study(
     Setting a study up takes several writes (the study, its identity, its MLflow run, its slots). The openers of one
     machine take turns under a lock file while they create or load it, and the one that sets it up leaves a marker
     beside the lock until it is done. So an opener that holds the lock and finds a study not set up knows whether the
-    process that began it was of this machine (the marker, or the study's CREATOR), and then that it died (it would
-    hold the lock): it finishes the set-up itself, at once. A study begun on another machine is waited for, up to
-    `wait_s`, since this machine cannot tell whether that process lives."""
+    process that began it was of this workspace (the marker) or of this machine and is gone (the study's CREATOR, a
+    process tag): it finishes the set-up itself, at once. A study begun by a live process of another workspace, or on
+    another machine (which this machine cannot tell alive or dead), is waited for, up to `wait_s`."""
     import optuna
 
     t = params.tune
@@ -276,12 +276,12 @@ def _setup_lock(directory: Path, deadline: float, name: str) -> Iterator[None]:
 
 
 def _begun_here(study: optuna.Study, leftover: bool) -> bool:
-    """Whether a study that is not set up was begun on this machine (whose processes set up under the lock this
-    process now holds: so the one that began it is dead)."""
+    """Whether a study that is not set up was begun by a process of this machine that is gone. The setup lock this
+    process holds is its workspace's: a process of another workspace on this machine may be setting it up now."""
     creator = study.user_attrs.get(CREATOR)
     if creator is None:  # killed right after create_study, or another machine's process is just past it
         return leftover
-    return str(creator).rsplit(":", 2)[0] == socket.gethostname()
+    return processes.process_alive(str(creator)) is False
 
 
 def _set_up(
