@@ -41,7 +41,7 @@ def test_waits_holding_the_gil():
     libc.pthread_mutex_lock(mutex)  # locked already, by this thread: waits forever
 
 
-@pytest.mark.timeout(2)
+@pytest.mark.timeout(5)
 def test_sleeps():
     time.sleep(600)
 """
@@ -69,8 +69,9 @@ def test_a_test_past_its_limit_fails_with_its_stack_even_holding_the_gil(tmp_pat
     took = time.monotonic() - start
     assert proc.returncode == 1, out[-3000:]
     assert "1 passed" in out and "2 failed" in out, out[-3000:]
+    # The limits differ (2 s, 5 s) so that the two workers' stack dumps, written to one stderr, do not interleave.
     for test, line in (("test_waits_holding_the_gil", 18), ("test_sleeps", 23)):
         assert f"worker 'gw0' crashed while running 'test_hangs.py::{test}'" in out.replace("gw1", "gw0"), out
         assert f'test_hangs.py", line {line} in {test}' in err, err[-3000:]  # where it hung, in every thread's stack
-    assert err.count("Timeout (0:00:02)!") == 2, err[-3000:]
+    assert err.count("Timeout (0:00:02)!") == 1 and err.count("Timeout (0:00:05)!") == 1, err[-3000:]
     assert took < 120, took

@@ -182,3 +182,26 @@ def test_a_refused_lock_says_what_permission_is_missing_and_that_nothing_was_dec
     with pytest.raises(ServiceError, match="Rerun `trainflow stage register` once the registry answers"):
         lock._take(_Refusing("TEMPORARILY_UNAVAILABLE"), "iris.trainflow-lock", "me", 1.0)
 
+
+
+def test_a_lock_released_while_the_store_refuses_our_create_is_taken_at_the_next_try() -> None:
+    """MLflow's SQL store, refusing a create on the unique name, reads the model back to say "already exists"; when
+    its holder deleted it in between, the answer is "does not exist" (seen on Postgres under four writers): the lock
+    is free, so the create is tried again, not reported as a registry failure."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import RESOURCE_DOES_NOT_EXIST
+
+    calls: list[str] = []
+
+    class Racing:
+        def create_registered_model(self, name: str, **kwargs: Any) -> None:
+            calls.append("create")
+            if len(calls) == 1:
+                raise MlflowException(f"Registered Model with name={name} not found", RESOURCE_DOES_NOT_EXIST)
+
+        def get_registered_model(self, name: str) -> Any:
+            calls.append("get")
+            raise MlflowException(f"Registered Model with name={name} not found", RESOURCE_DOES_NOT_EXIST)
+
+    lock._take(Racing(), "iris.trainflow-lock", "me", 1.0)
+    assert calls == ["create", "get", "create"]

@@ -109,7 +109,9 @@ def _take(client: Any, lock: str, me: str, stale_s: float) -> None:
             client.create_registered_model(lock, tags={HOLDER_TAG: me, BEAT_TAG: "0"}, description=_DESCRIPTION)
             return
         except MlflowException as exc:
-            if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+            # Held: "already exists". Or "does not exist": MLflow's SQL store, refused by the unique key, reads the
+            # model back to say so, and finds it gone when its holder released it in between.
+            if exc.error_code not in ("RESOURCE_ALREADY_EXISTS", "RESOURCE_DOES_NOT_EXIST"):
                 raise _failed("taking", lock, exc) from exc
         held = _holder(client, lock)
         if held is None:  # released between our create and our look: try again at once
