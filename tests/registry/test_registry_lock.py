@@ -183,7 +183,6 @@ def test_a_refused_lock_says_what_permission_is_missing_and_that_nothing_was_dec
         lock._take(_Refusing("TEMPORARILY_UNAVAILABLE"), "iris.trainflow-lock", "me", 1.0)
 
 
-
 def test_a_lock_released_while_the_store_refuses_our_create_is_taken_at_the_next_try() -> None:
     """MLflow's SQL store, refusing a create on the unique name, reads the model back to say "already exists"; when
     its holder deleted it in between, the answer is "does not exist" (seen on Postgres under four writers): the lock
