@@ -43,6 +43,9 @@ os.environ.update(
         "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
         "DO_NOT_TRACK": "1",
         "TRAINFLOW_RETRY_DELAY_S": "0",  # tasks/retry.py: retries of the outside-world tasks start at once
+        # engine/preempt.py: ranks exchange their stop flags after every update, so a test's signal at update k stops
+        # them after update k (tests/engine/test_preempt_ranks.py tests the cadence itself)
+        "TRAINFLOW_PREEMPT_CHECK_S": "0",
         # Hugging Face: never the hub, never the home cache (tests build their tiny models: tiny_bert)
         "HF_HUB_OFFLINE": "1",
         "HF_HOME": tempfile.mkdtemp(prefix="trainflow-hf-"),

@@ -38,7 +38,7 @@ def test_overflows_are_skipped_and_the_scale_backs_off_and_grows_once_per_update
                 "scale": scale,
                 "skipped": int(after["applied"]) == lr_index,
                 "unchanged": not bitwise_equal(before, after),
-                "lr": float(t.lr),
+                "lr": float(t.lrs[0]),  # the rate the optimizer stepped with (one group, scale 1)
                 "rate": t._rates[lr_index],
             }
         )

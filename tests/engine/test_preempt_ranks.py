@@ -2,15 +2,19 @@
 the resumed run ends with the uninterrupted run's weights, bit for bit. The default tier's guard of the ranks'
 agreement (the maximum of their stop flags): every other preemption test with ranks spawns whole stages (slow tier).
 
-The ranks run through `distributed.launch`, as the train stage starts them; `signalled_once` is what each runs."""
+The ranks run through `distributed.launch`, as the train stage starts them; `signalled_once` is what each runs. The
+tests set TRAINFLOW_PREEMPT_CHECK_S=0 (the ranks exchange their flags after every update, so a signal in update k
+stops them after update k); the last test runs the default cadence, exchanges every N updates."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from engine_kit import make_trainer, mlp, table
 
@@ -22,11 +26,11 @@ SETTINGS: dict[str, Any] = {"batch_size": 8, "epochs": 2, "eval_every": 5, "chec
 AT = 9  # the update rank 1 is signalled in: mid-epoch, between two periodic checkpoints
 
 
-def signalled_once(tmp: str) -> dict[str, Any]:
+def signalled_once(tmp: str, rows: int = 203) -> dict[str, Any]:
     """On every rank: an uninterrupted run; then a run in which rank 1 alone gets SIGUSR1 during update AT (rank 0
     is never told), and its resumption. Returns, from rank 0, what each rank's stop said and both final weights."""
     group = distributed.init(int(os.environ["WORLD_SIZE"]), "ddp", "gloo", torch.device("cpu"))
-    train, val = table(n=203), table(n=203, seed=1)
+    train, val = table(n=rows), table(n=203, seed=1)
     whole = make_trainer(Path(tmp) / "whole", mlp(), group=group, **SETTINGS)
     whole.fit(train, val)
 
@@ -63,3 +67,19 @@ def test_a_signal_to_one_rank_stops_both_after_the_same_update_and_the_resume_is
     assert whole.keys() == resumed.keys()
     differ = [k for k in whole if not torch.equal(whole[k], resumed[k])]
     assert not differ, f"the resumed run's weights differ from the uninterrupted run's in {differ}"
+
+
+def test_with_the_default_cadence_the_ranks_exchange_every_n_updates_and_still_stop_together(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Exchanges about every 0.2 s: updates of milliseconds make N large, so the stop comes later than the signal, at
+    an update both ranks chose alike (each exchange's N is the ranks' maximum); the resume is still bitwise."""
+    monkeypatch.setenv("TRAINFLOW_PREEMPT_CHECK_S", "0.2")  # read by the ranks' fresh interpreters
+    got = distributed.launch(2, signalled_once, str(tmp_path), 4000)  # 250 updates an epoch
+    stops = [re.search(r"stopped after update (\d+) of 500", said) for said in got["said"]]
+    assert all(stops), got["said"]
+    at = [int(m.group(1)) for m in stops if m is not None]
+    assert at[0] == at[1] > AT + 1, got["said"]  # together, and not at the next update: flags every N > 1 updates
+    assert got["resumed_from"] == at[0]
+    whole, resumed = got["whole"], got["resumed"]
+    assert not [k for k in whole if not torch.equal(whole[k], resumed[k])]

@@ -9,18 +9,20 @@ depends on where it is:
 - before the CLI holds the workspace (nothing written yet; it may be waiting for another run): the process ends at
   once, exit PREEMPTED (`nothing_written`);
 - before training: the stage stops at its next check (`stop_before`, between its steps), with nothing written;
-- in training: the trainer asks `due()` after each update, where the weights, optimizer and data position are whole,
-  checkpoints there and stops;
+- in training: the trainer asks `due_after_update()` after each update, where the weights, optimizer and data
+  position are whole, checkpoints there and stops;
 - after the last update: the stage finishes its export and MLflow logging and exits 0: its outputs are whole, there
   is nothing to resume.
 A second signal, more than ECHO_S after the first, ends the process at once (the signal's default action), for a user
 who does not want to wait for the checkpoint.
 
-Several ranks stop after the same update: each update, they take the maximum of their flags over a CPU (gloo) group,
-a host-to-host exchange of one integer that never waits for the device, so a signal any rank received is acted on by
-all within one update. The launcher of train.world_size > 1 (`distributed.launch`) passes a signal on to its ranks
-(`passing_on`) and exits with their code; the ranks start with the signals blocked, so one that comes while they are
-still importing waits for their handler instead of killing them.
+Several ranks stop after the same update: they take the maximum of their flags over a CPU (gloo) group, a
+host-to-host exchange of two integers that never waits for the device. In training they do so every N updates, N
+chosen at each exchange for about CHECK_S seconds between exchanges (`due_after_update`), so a signal any rank
+received is acted on by all within about CHECK_S, or one update where updates take longer. The launcher of
+train.world_size > 1 (`distributed.launch`) passes a signal on to its ranks (`passing_on`) and exits with their code;
+the ranks start with the signals blocked, so one that comes while they are still importing waits for their handler
+instead of killing them.
 
 Signals are caught in the main thread only (Python's rule); elsewhere the budget still applies, and a note says so.
 """
@@ -53,6 +55,12 @@ PREEMPTED_MARK = "preempted.json"
 # A signal this soon after the first is the same preemption reaching the process twice (a launcher such as torchrun
 # or a job script forwards what the scheduler also sent it): noted, not "a second signal".
 ECHO_S = 1.0
+
+# How often several ranks exchange their stop flags in training, in seconds of training (due_after_update): a round
+# trip between the ranks per update costs a small model a large share of its update, and a preemption's grace period
+# is seconds. TRAINFLOW_PREEMPT_CHECK_S=0 exchanges after every update (the tests that stop at a given update).
+CHECK_S = float(os.environ.get("TRAINFLOW_PREEMPT_CHECK_S", "0.25"))
+MAX_EVERY = 1000  # updates between exchanges at most, however fast they are
 
 # train.preempt_signals' default: what the CLI catches before it has read params.yaml.
 DEFAULT_SIGNALS = ["SIGTERM", "SIGINT", "SIGUSR1"]
@@ -101,6 +109,8 @@ class Watch:
         self._previous: dict[signal.Signals, Any] = {}
         self._installed = False  # handlers in place (entered in the main thread)
         self._cpu_group: Any = None
+        # due_after_update's cadence: exchange the flags every `_every` updates (the same on every rank)
+        self._every, self._since, self._exchanged_at = 1, 0, 0.0  # (start_clock starts it)
         # True while nothing is written (the CLI before it holds the workspace): a signal ends the process at once.
         self.nothing_written = False
         self._ranks: Callable[[], list[int]] | None = None  # a launcher's: the processes a signal is passed on to
@@ -160,9 +170,11 @@ class Watch:
             self._cpu_group = None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
 
     def start_clock(self, max_time_s: float | None) -> None:
-        """train.max_time counts from here (fit's start)."""
+        """train.max_time counts from here (fit's start), and due_after_update's cadence starts anew."""
+        now = time.monotonic()  # one reading (tests count them)
         self.max_time_s = max_time_s
-        self._deadline = None if max_time_s is None else time.monotonic() + max_time_s
+        self._deadline = None if max_time_s is None else now + max_time_s
+        self._every, self._since, self._exchanged_at = 1, 0, now
 
     def _note(self, signum: int, frame: FrameType | None) -> None:
         now = time.monotonic()
@@ -240,6 +252,31 @@ class Watch:
         flag = torch.tensor([1 if reason else 0], dtype=torch.int32)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._cpu_group)
         if not flag.item():
+            return None
+        return reason or "another rank was told to stop"
+
+    def due_after_update(self) -> str | None:
+        """`due` for the training loop, which asks after every update. One process: the answer now. Several: the ranks
+        exchange their flags every N updates, N chosen at each exchange (the largest any rank proposes) so that
+        exchanges come about every CHECK_S seconds of training; in between the answer is None on every rank. So all
+        ranks stop after the same update, about CHECK_S after the signal (an update later, when updates are slower),
+        and a small model does not pay a round trip between the ranks per update (benchmarks/distributed.md)."""
+        if self.group is None or not self.group.distributed:
+            return self._reason()
+        self._since += 1
+        if self._since < self._every:
+            return None
+        import torch
+        import torch.distributed as dist
+
+        reason = self._reason()
+        now = time.monotonic()
+        per_update = (now - self._exchanged_at) / self._since
+        proposal = max(1, min(MAX_EVERY, int(CHECK_S / per_update))) if per_update > 0 else 1
+        flag = torch.tensor([1 if reason else 0, proposal], dtype=torch.int64)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._cpu_group)
+        self._every, self._since, self._exchanged_at = int(flag[1]), 0, time.monotonic()
+        if not flag[0]:
             return None
         return reason or "another rank was told to stop"
 

@@ -305,7 +305,7 @@ class Trainer:
             seed = self._seeds[count] = torch.full((), 1.0 / count, device=self.device)
         if self.scaler.is_enabled():
             seed = self.scaler.scale(seed)
-        window_loss = self._window_loss.zero_()
+        window_loss: torch.Tensor | None = None  # the window's summed loss: the first micro-batch's, then added to
         last = len(micro_batches) - 1
         for i, batch in enumerate(micro_batches):
             with self.group.gradient_sync(self.wrapped, i == last):
@@ -313,7 +313,11 @@ class Trainer:
                     out = self.forward(**batch.inputs)
                 loss_sum = self.objective.train_loss_sum(out, batch.target)
                 loss_sum.backward(seed)
-            window_loss += loss_sum.detach()
+            if window_loss is None:  # one kernel fewer per micro-batch than zero-then-add (0 + x is x, bit for bit)
+                window_loss = self._window_loss.copy_(loss_sum.detach()) if last else loss_sum.detach()
+            else:
+                window_loss += loss_sum.detach()
+        assert window_loss is not None
         if self.scaler.is_enabled():
             self.scaler.unscale_(self.optimizer)  # clip the true gradients, not scaled ones
         grad_norm = self._clip_gradients()
@@ -351,8 +355,7 @@ class Trainer:
         """
         applied = math.isfinite(grad_norm.item())
         if applied:
-            self.lr.fill_(self._rates[self.counters.applied])
-            torch.mul(self.lr, self.lr_scales, out=self.lrs)
+            self.lrs.copy_(self._lrs_rows[self.counters.applied])  # one copy; `lr` is set where it is read (_sync)
             self.optimizer.step()
             if self.ema is not None:
                 self.ema.update()
@@ -503,7 +506,7 @@ class Trainer:
                 self._checkpoint()
             if self._done():
                 return
-            if self._watch is not None and (why := self._watch.due()):
+            if self._watch is not None and (why := self._watch.due_after_update()):
                 self._preempt(why)
             if epoch_end:
                 return
@@ -530,12 +533,16 @@ class Trainer:
         scale = self.plateau.scale if self.plateau else 1.0
         self._table = self._base_table * scale if scale != 1.0 else self._base_table
         self._rates = self._table.tolist()  # exactly the float32 rates, for the host-side path
+        # Each update's per-group rates, the products `_step_on_device` makes (float32 rate x scale, bit for bit).
+        self._lrs_rows = self._table[:, None] * self.lr_scales[None, :]
 
     # --- reading the device: logging, evaluation ------------------------------------------------------------------
 
     def _sync(self) -> dict[str, float]:
         """Read every device counter in one transfer, and stop if too many updates in a row were non-finite."""
         s, c = self.state, self.counters
+        if not self.decide_on_device and c.applied:  # the host path leaves `lr` to here: the last applied update's
+            self.lr.fill_(self._rates[c.applied - 1])
         self.group.sum_(self.loss_acc)  # each rank summed the loss of its own samples
         rates = list(self.lrs.unbind()) if self.group_names else []
         values = [self.loss_acc, self.grad_norm, self.lr, *rates]
