@@ -11,7 +11,7 @@ timed is the whole fit() of each, between barriers; throughput is global trainin
     .venv/bin/python bench/distributed_overhead.py [--batch-size 256] [--epochs 2] [--rows 50000] [--repeats 5]
 
 Target: ours / hand-written >= 0.97 (median of the per-repeat ratios). "ours, preemptible" is the Trainer as the train
-stage runs it, exchanging a stop flag between the ranks after each update (trainflow.engine.preempt): its cost.
+stage runs it, exchanging a stop flag between the ranks every N updates (trainflow.engine.preempt): its cost.
 The last line is one JSON object.
 """
 
