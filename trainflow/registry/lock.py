@@ -86,7 +86,7 @@ def held_by_registry(name: str, stale_s: float = STALE_S, heartbeat_s: float = H
     me = f"{socket.gethostname()} pid {os.getpid()} ({uuid.uuid4().hex[:8]})"
     _take(client, lock, me, stale_s)
     stop = threading.Event()
-    beat = threading.Thread(target=_beat, args=(client, lock, me, stop, heartbeat_s), daemon=True)
+    beat = threading.Thread(target=_beat, args=(client, lock, stop, heartbeat_s), daemon=True)
     beat.start()
     try:
         yield
@@ -142,7 +142,7 @@ def _holder(client: Any, lock: str) -> tuple[str, str] | None:
     return tags.get(HOLDER_TAG, "?"), tags.get(BEAT_TAG, "")
 
 
-def _beat(client: Any, lock: str, me: str, stop: threading.Event, every_s: float) -> None:
+def _beat(client: Any, lock: str, stop: threading.Event, every_s: float) -> None:
     """Count heartbeats into the lock's tag until `stop`; a beat that fails is retried at the next (a waiter breaks
     the lock only after STALE_S without one)."""
     n = 0
