@@ -217,8 +217,20 @@ def test_an_edit_user_registers_a_challenger_and_only_a_manager_moves_the_champi
         status, answer = server.rest(bob, "POST", path, body)
         assert status == 403 and answer["error_code"] == "PERMISSION_DENIED", (path, status, answer)
         assert "needs MANAGE permission" in answer["message"]
+    # ... and so are the other ways of moving what `champion` means: renaming the model (its aliases go with it) and
+    # rewriting the champion history that a rollback follows. Another tag is his to write (EDIT).
+    for refused_call in (
+        lambda: as_user(bob).rename_registered_model(MODEL, "taken"),
+        lambda: as_user(bob).set_registered_model_tag(MODEL, HISTORY_TAG, "[2]"),
+        lambda: as_user(bob).delete_registered_model_tag(MODEL, HISTORY_TAG),
+    ):
+        with pytest.raises(MlflowException) as refused:
+            refused_call()
+        assert refused.value.error_code == "PERMISSION_DENIED", refused.value
+    as_user(bob).set_registered_model_tag(MODEL, "reviewed_by", "bob")
     admin = as_user(server.admin)
     assert admin.get_registered_model(MODEL).aliases[CHAMPION] == "1"
+    assert json.loads(admin.get_registered_model(MODEL).tags[HISTORY_TAG]) == [1]
 
     # ... and a user allowed to move it does, by hand.
     promoted = run(alice, "models", "promote", "2", "--name", MODEL, "--reason", "reviewed")

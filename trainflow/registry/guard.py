@@ -6,7 +6,9 @@ it (mlflow.server.auth: CreateModelVersion, SetRegisteredModelAlias), so a user 
 also point `champion`, the version that is served, at it. Here an EDIT user registers versions, tags them and moves
 `challenger` as before; setting or deleting `champion` (POST or DELETE on registered-models/alias, the /api and the
 /ajax-api route, any static prefix; the alias compared without case, as a case-blind database would store it) also
-needs MANAGE, which the model's creator has and an admin grants. Refused, the server answers 403 with MLflow's error
+needs MANAGE, which the model's creator has and an admin grants; so do renaming a model that has a champion and
+writing its `champion_history` tag, which would move what `champion` means by another way. Refused, the server
+answers 403 with MLflow's error
 body (error_code PERMISSION_DENIED), so the client raises MlflowException(error_code="PERMISSION_DENIED"): the register
 stage keeps the version as challenger and says so (trainflow.registry.registry.NotAllowed), and an allowed user moves
 it with `trainflow models promote VERSION --name NAME --reason ...`. Everything else is basic-auth's, unchanged: its
@@ -29,9 +31,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-# registry.CHAMPION, not imported from there: the server needs MLflow alone, not the training stack registry.py
-# imports (deploy/team/mlflow.Dockerfile installs trainflow without its dependencies); tests/registry checks the two.
+# registry.CHAMPION and registry.HISTORY_TAG, not imported from there: the server needs MLflow alone, not the training
+# stack registry.py imports (deploy/team/mlflow.Dockerfile installs trainflow without its dependencies);
+# tests/registry/test_guard.py checks them.
 CHAMPION = "champion"
+HISTORY_TAG = "champion_history"
 
 if TYPE_CHECKING:
     from flask import Flask
@@ -39,15 +43,33 @@ if TYPE_CHECKING:
 RULE = f"moving the `{CHAMPION}` alias needs MANAGE permission on the registered model (or an admin)"
 
 
-def alias_routes() -> frozenset[tuple[str, str]]:
-    """(path, method) of every route that sets or deletes a registered model's alias, as MLflow's server builds its
-    routes (handlers.get_endpoints: the /api and /ajax-api paths, with the static prefix when one is set)."""
-    from mlflow.protos.model_registry_pb2 import DeleteRegisteredModelAlias, SetRegisteredModelAlias
+def routes(*requests: type) -> frozenset[tuple[str, str]]:
+    """(path, method) of every route of these request types, as MLflow's server builds its routes
+    (handlers.get_endpoints: the /api and /ajax-api paths, with the static prefix when one is set)."""
     from mlflow.server.handlers import get_endpoints
 
-    wanted = (SetRegisteredModelAlias, DeleteRegisteredModelAlias)
-    endpoints = get_endpoints(lambda request_class: request_class if request_class in wanted else None)
-    return frozenset((path, method) for path, found, methods in endpoints if found in wanted for method in methods)
+    endpoints = get_endpoints(lambda request_class: request_class if request_class in requests else None)
+    return frozenset((path, method) for path, found, methods in endpoints if found in requests for method in methods)
+
+
+def alias_routes() -> frozenset[tuple[str, str]]:
+    """Every route that sets or deletes a registered model's alias."""
+    from mlflow.protos.model_registry_pb2 import DeleteRegisteredModelAlias, SetRegisteredModelAlias
+
+    return routes(SetRegisteredModelAlias, DeleteRegisteredModelAlias)
+
+
+def guarded_routes() -> frozenset[tuple[str, str]]:
+    """The alias routes, and the others that would move what `champion` means: renaming the registered model (its
+    aliases go with it, and the old name is free to be made anew by anyone) and writing or deleting its
+    `champion_history` tag (which `trainflow models rollback` follows)."""
+    from mlflow.protos.model_registry_pb2 import (
+        DeleteRegisteredModelTag,
+        RenameRegisteredModel,
+        SetRegisteredModelTag,
+    )
+
+    return alias_routes() | routes(RenameRegisteredModel, SetRegisteredModelTag, DeleteRegisteredModelTag)
 
 
 def create_app(app: Flask | None = None) -> Any:
@@ -60,11 +82,11 @@ def create_app(app: Flask | None = None) -> Any:
 
     flask_app = server_app if app is None else app
     served = auth.create_app(flask_app)
-    flask_app.before_request(catch_mlflow_exception(_champion_rule(alias_routes())))
+    flask_app.before_request(catch_mlflow_exception(_champion_rule(alias_routes(), guarded_routes())))
     return served
 
 
-def _champion_rule(routes: frozenset[tuple[str, str]]) -> Any:
+def _champion_rule(aliases: frozenset[tuple[str, str]], guarded: frozenset[tuple[str, str]]) -> Any:
     def champion_rule() -> Any:
         """None to let the request through; a response (401) or an MlflowException (403) to refuse it."""
         from flask import Response, request
@@ -72,14 +94,23 @@ def _champion_rule(routes: frozenset[tuple[str, str]]) -> Any:
         from mlflow.protos.databricks_pb2 import PERMISSION_DENIED
         from mlflow.server import auth
 
-        if (request.path, request.method) not in routes:
+        where = (request.path, request.method)
+        if where not in guarded:
             return None
         try:
-            alias = auth._get_request_param("alias")
             name = auth._get_request_param("name")
+            if where in aliases:
+                what = f"the `{auth._get_request_param('alias')}` alias"
+                touches = str(auth._get_request_param("alias")).lower() == CHAMPION
+            elif request.path.endswith("/rename"):
+                what = "renaming a model that has a champion"
+                touches = CHAMPION in _aliases(name)
+            else:
+                what = f"the `{HISTORY_TAG}` tag"
+                touches = auth._get_request_param("key") == HISTORY_TAG
         except MlflowException:
-            return None  # a malformed request: the handler answers it (400)
-        if str(alias).lower() != CHAMPION:
+            return None  # a malformed request, or no such model: the handler answers it (400, 404)
+        if not touches:
             return None
         authorization = auth.authenticate_request()  # basic-auth's hook has done it; not left to the order of hooks
         if isinstance(authorization, Response):
@@ -90,9 +121,16 @@ def _champion_rule(routes: frozenset[tuple[str, str]]) -> Any:
         if held.can_manage:
             return None
         raise MlflowException(
-            f"trainflow-auth: {RULE}; user {authorization.username!r} holds {held.name} on {name!r}. A user with "
-            f"MANAGE on it moves `{CHAMPION}`; versions and other aliases need EDIT only",
+            f"trainflow-auth: {RULE} (here: {what}); user {authorization.username!r} holds {held.name} on {name!r}. "
+            f"A user with MANAGE on it moves `{CHAMPION}`; versions and other aliases need EDIT only",
             error_code=PERMISSION_DENIED,
         )
 
     return champion_rule
+
+
+def _aliases(name: str) -> dict[str, Any]:
+    """The registered model's aliases, from the server's own registry store."""
+    from mlflow.server.handlers import _get_model_registry_store
+
+    return dict(_get_model_registry_store().get_registered_model(name).aliases or {})
