@@ -38,14 +38,8 @@ from support import promoter  # noqa: E402  (tests/support/promoter.py: one regi
 from support.projects import FAST, make_project  # noqa: E402
 from support.team import mlflow_server, postgres, s3_server  # noqa: E402
 
-
-def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> float:
-    start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
-    elapsed = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed in {cwd}:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
-    return elapsed
+sys.path.insert(0, str(ROOT / "bench"))
+from noop_run import timed  # noqa: E402  (a command's wall time; its output when it fails)
 
 
 def decisions_per_s(server: str, writers: int, n: int) -> float:
