@@ -10,7 +10,10 @@ scikit-learn's TfidfVectorizer + LogisticRegression fitted on the same train spl
 Each set is generated with a fixed seed. Target: trainflow's test accuracy within 0.5 points of TF-IDF + LR's, in at
 most 30 s of training (the train stage's wall time, on 2 cores).
 
-    .venv/bin/python bench/text_defaults.py [--workdir /tmp/trainflow-text] [--sets sms topics sentiment]
+    .venv/bin/python bench/text_defaults.py [--workdir /tmp/trainflow-text] [--sets sms topics sentiment] [--packing]
+
+--packing then trains each set's split 5 times padded and 5 times with train.packing: true, in turns: accuracy and
+fit() tokens/s of both.
 
 The table goes to stdout and the last line is one JSON object.
 """
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -208,10 +212,11 @@ def sentiment(rng: np.random.Generator, n: int) -> tuple[list[str], list[str]]:
     return texts, labels
 
 
+REPEATS = 5  # --packing: trainings of each kind per set
 SETS = {"sms": (sms, 5000), "topics": (topics, 6000), "sentiment": (sentiment, 6000)}
 
 
-def run_set(name: str, work: Path) -> dict[str, Any]:
+def run_set(name: str, work: Path, packing: bool) -> dict[str, Any]:
     import pandas as pd
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
@@ -235,6 +240,25 @@ def run_set(name: str, work: Path) -> dict[str, Any]:
         run_stage(stage, load_params(paths.params), paths)
         seconds[stage] = time.perf_counter() - t0
     ours = json.loads(paths.metrics.read_text())["accuracy"]
+    packed = None
+    if packing:  # the same split trained again, padded and packed in turns (a fresh run each: another fingerprint)
+        runs: dict[bool, list[dict[str, float]]] = {False: [], True: []}
+        for turn in range(2 * REPEATS):
+            pack = turn % 4 in (0, 3)  # packed, padded, padded, packed, ...: neither always goes first
+            write_overrides(root / "params.yaml", [f"train.packing={str(pack).lower()}", "train.resume=never"])
+            run_stage("train", load_params(paths.params), paths)
+            run_stage("evaluate", load_params(paths.params), paths)
+            done = json.loads(paths.train_run.read_text())
+            runs[pack].append({"accuracy": json.loads(paths.metrics.read_text())["accuracy"],
+                               "tokens_per_s": done["tokens"] / done["fit_seconds"]})  # fmt: skip
+        packed = {
+            f"{kind}_{key}": statistics.median(r[key] for r in runs[pack])
+            for pack, kind in ((False, "padded"), (True, "packed"))
+            for key in ("accuracy", "tokens_per_s")
+        }
+        packed["ratios"] = statistics.median(
+            p["tokens_per_s"] / q["tokens_per_s"] for p, q in zip(runs[True], runs[False], strict=True)
+        )
     model = json.loads((paths.final / "model.json").read_text())["name"]
     train, test = pd.read_parquet(paths.split_file("train")), pd.read_parquet(paths.split_file("test"))
     t0 = time.perf_counter()
@@ -242,19 +266,21 @@ def run_set(name: str, work: Path) -> dict[str, Any]:
     lr = LogisticRegression(max_iter=2000).fit(vectorizer.fit_transform(train["text"]), train["label"])
     baseline = float((lr.predict(vectorizer.transform(test["text"])) == test["label"]).mean())
     return {"model": model, "accuracy": ours, "tfidf_lr": baseline, "train_s": seconds["train"],
-            "tfidf_lr_s": time.perf_counter() - t0, "n_test": len(test), "stages_s": seconds}  # fmt: skip
+            "tfidf_lr_s": time.perf_counter() - t0, "n_test": len(test), "stages_s": seconds,
+            "packed": packed}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workdir", default="/tmp/trainflow-text")
     ap.add_argument("--sets", nargs="*", default=list(SETS))
+    ap.add_argument("--packing", action="store_true", help="train each set again with train.packing: true")
     args = ap.parse_args(argv)
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{work / 'mlflow.db'}")
     load = os.getloadavg()[0]
-    res = {name: run_set(name, work) for name in args.sets}
+    res = {name: run_set(name, work, args.packing) for name in args.sets}
     print(f"trainflow's defaults (model.name auto) vs TF-IDF + logistic regression; {os.cpu_count()} CPUs, 1-min load "
           f"average {load:.2f} at the start")  # fmt: skip
     print()
@@ -265,6 +291,22 @@ def main(argv: list[str] | None = None) -> int:
         ahead = 100 * (r["accuracy"] - r["tfidf_lr"])
         print(f"| {name} | {r['model']} | {r['n_test']:,} | {r['accuracy']:.4f} | {r['tfidf_lr']:.4f} | "
               f"{ahead:+.1f} | {r['train_s']:.1f} | {r['tfidf_lr_s']:.1f} |")  # fmt: skip
+    if args.packing:
+        print()
+        print(f"train.packing: each set's split trained {REPEATS} times padded and {REPEATS} times packed, in turns; "
+              "medians. tokens/s: fit()'s real tokens trained / its seconds (validation included); the ratio is the "
+              "median of the turns' ratios")  # fmt: skip
+        print()
+        print("| set | padded accuracy | packed accuracy | packed - padded (points) | padded tokens/s "
+              "| packed tokens/s | packed / padded |")  # fmt: skip
+        print("|---|---:|---:|---:|---:|---:|---:|")
+        for name, r in res.items():
+            p = r["packed"]
+            ahead = 100 * (p["packed_accuracy"] - p["padded_accuracy"])
+            print(
+                f"| {name} | {p['padded_accuracy']:.4f} | {p['packed_accuracy']:.4f} | {ahead:+.1f} | "
+                f"{p['padded_tokens_per_s']:,.0f} | {p['packed_tokens_per_s']:,.0f} | {p['ratios']:.2f} |"
+            )
     print(json.dumps(res))
     return 0
 

@@ -37,11 +37,19 @@ def messages(n: int, seed: int = 0) -> pd.DataFrame:
 
 
 @pytest.mark.parametrize(
-    ("name", "built", "epochs"), [("text_transformer", "text_transformer", 6), ("auto", "text_bag", 30)]
+    ("name", "built", "epochs", "packing"),
+    [
+        ("text_transformer", "text_transformer", 6, False),
+        ("auto", "text_bag", 30, False),
+        ("text_transformer", "text_transformer", 6, True),
+    ],
 )
-def test_text_classification_from_a_headerless_tsv(tmp_path: Path, name: str, built: str, epochs: int) -> None:
+def test_text_classification_from_a_headerless_tsv(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, built: str, epochs: int, packing: bool
+) -> None:
     """The Transformer when asked for, and what model.name auto builds for text on a CPU (the bag: cheaper epochs,
-    more of them)."""
+    more of them); and the Transformer trained on packed batches (train.packing), whose exported model pads as
+    every model does when it predicts."""
     root = make_project(
         tmp_path / "p",
         {
@@ -59,11 +67,14 @@ def test_text_classification_from_a_headerless_tsv(tmp_path: Path, name: str, bu
             "train.epochs": epochs,
             "train.lr": 0.003,
             "train.progress": "false",
+            "train.packing": str(packing).lower(),
             "register.model_name": "sms",
         },
     )
     messages(600).to_csv(root / "data/raw/sms.tsv", sep="\t", header=False, index=False)
     out = run(root, "ingest", "split", "train", "evaluate")
+    said = "train: batches packed (rows as wide as each batch's longest sequence), validation padded"
+    assert (said in capsys.readouterr().err) == packing
     assert out["ingest"]["text_column"] == "text" and out["ingest"]["classes"] == 2
     assert out["evaluate"]["accuracy"] >= 0.95
     paths = Paths(root)

@@ -116,9 +116,14 @@ def mfu(flops_per_second: float, peak: float | None) -> float | None:
 def flops_per_batch(model: nn.Module) -> Callable[[Batch], float] | None:
     """Training FLOPs of one micro-batch, from shapes only (no device sync); None for models it does not know."""
     inner = _unwrap(model)
-    if callable(getattr(inner, "flops_per_token", None)):
+    per_token = getattr(inner, "flops_per_token", None)
+    if callable(per_token):
 
         def text(batch: Batch) -> float:
+            if batch.lengths is not None:  # packed: each sequence at its own length (flops_per_token is affine in it)
+                base, per = per_token(0), per_token(1) - per_token(0)
+                lengths = batch.lengths.double()
+                return float(base * lengths.sum() + per * lengths.square().sum())
             n, length = batch.inputs["tokens"].shape
             return float(train_flops_per_sample(inner, int(length)) or 0.0) * n
 

@@ -29,13 +29,16 @@ IGNORE_INDEX = -100  # targets with this value (padding positions of per-token t
 class Batch:
     """One micro-batch on the training device.
 
-    inputs: keyword arguments of the model's forward (`x` for tables; `tokens` and `mask` for text; `images`).
+    inputs: keyword arguments of the model's forward (`x` for tables; `tokens` and `mask` for text, or packed text's
+    `tokens`, `documents`, `positions` and `lengths`: TextData.pack; `images`).
     count: the number of loss terms in it (samples, or real target tokens), known on the host without a device sync.
+    lengths: packed text: each sequence's tokens, on the host (what its FLOPs are counted from).
     """
 
     inputs: dict[str, torch.Tensor]
     target: torch.Tensor
     count: int
+    lengths: torch.Tensor | None = None
 
     @property
     def size(self) -> int:
@@ -89,6 +92,7 @@ def block_order(n: int, seed: int, epoch: int) -> torch.Tensor:
 SHUFFLES = {"rows": epoch_order, "blocks": block_order}
 
 
+ONE_ROW, LONGEST = 0, -1  # TextData.pack's widths: one row of every sequence; rows as wide as the longest one
 BUCKET = 1024  # text: samples sorted by length together (a fixed count, so the order never depends on batch size)
 
 
@@ -384,10 +388,16 @@ class TextData:
             self.targets = targets
         self.flat = torch.cat(self.sequences)
         self.offsets = torch.cumsum(self.lengths, 0) - self.lengths
+        self.positions = torch.arange(len(self.flat)) - torch.repeat_interleave(
+            self.offsets, self.lengths
+        )  # in its own
         self.pad_id = pad_id
         self.bucket = bucket
         self.device = torch.device(device)
         self.index_device = torch.device("cpu")  # padding happens on the host, then one pinned copy per tensor
+        # train.packing: None pads each micro-batch; ONE_ROW packs it into one row, LONGEST into rows as wide as its
+        # longest sequence, a positive width into rows that wide (pack).
+        self.pack_width: int | None = None
 
     def __len__(self) -> int:
         return len(self.sequences)
@@ -416,7 +426,56 @@ class TextData:
         src = (self.offsets[idx][:, None] + pos[None, :]).clamp_(max=len(flat) - 1)
         return torch.where(mask, flat[src], torch.full((), fill, dtype=flat.dtype)), mask
 
+    def pack(self, idx: torch.Tensor, width: int) -> Batch:
+        """The sequences `idx` packed back to back: rows of `width` tokens (ONE_ROW: one row of them all; LONGEST: as
+        wide as the longest of them), each sequence whole in one row, placed first-fit longest first (a micro-batch
+        is already nearly sorted by length, see epoch_order). The model's inputs: `tokens` [R, W] (pad_id after each
+        row's last sequence), `documents` [R, W] (each token's sequence: its index in `idx`; -1 where a row is
+        padded), `positions` [R, W] (from 0 at each sequence's first token) and `lengths` [N]. Per-token targets are
+        packed the same way (IGNORE_INDEX between), so the loss adds up the same terms as the padded batch's."""
+        idx = idx.cpu()
+        lengths = self.lengths[idx]
+        n = len(idx)
+        total = int(lengths.sum())
+        # Each token's place in self.flat, its sequence (in idx) and its position in it: one pass over the tokens.
+        starts = torch.cumsum(lengths, 0) - lengths  # each sequence's first token in the packed order
+        src = torch.repeat_interleave(self.offsets[idx] - starts, lengths, output_size=total) + torch.arange(total)
+        doc = torch.repeat_interleave(torch.arange(n), lengths, output_size=total)
+        within = self.positions[src]
+        values = {"tokens": (self.flat[src], self.pad_id), "documents": (doc, -1), "positions": (within, 0)}
+        if self.per_token:
+            values["target"] = (self.flat_targets[src], IGNORE_INDEX)
+        if width == LONGEST:
+            width = int(lengths.max()) if n else 1
+        if width == ONE_ROW or n == 0:  # the sequences in idx's order, back to back: nothing to place
+            packed = {
+                k: (v if n else torch.full((1,), fill, dtype=v.dtype)).view(1, -1) for k, (v, fill) in values.items()
+            }
+        else:
+            if int(lengths.max()) > width:
+                raise ValueError(f"a sequence of {int(lengths.max())} tokens does not fit a packed row of {width}")
+            used: list[int] = []  # tokens in each row so far
+            row_of, start_of = [0] * n, [0] * n
+            for i in torch.argsort(lengths, descending=True, stable=True).tolist():
+                length = int(lengths[i])
+                k = next((k for k, u in enumerate(used) if u + length <= width), len(used))
+                if k == len(used):
+                    used.append(0)
+                row_of[i], start_of[i] = k, used[k]
+                used[k] += length
+            r, c = torch.tensor(row_of)[doc], torch.tensor(start_of)[doc] + within
+            packed = {}
+            for key, (v, fill) in values.items():
+                packed[key] = torch.full((len(used), width), fill, dtype=v.dtype)
+                packed[key][r, c] = v
+        target = packed.pop("target") if self.per_token else self.targets[idx]
+        count = int(self.label_counts[idx].sum()) if self.per_token else n
+        inputs = {**packed, "lengths": lengths}
+        return Batch({k: _to(v, self.device) for k, v in inputs.items()}, _to(target, self.device), count, lengths)
+
     def batch(self, idx: torch.Tensor) -> Batch:
+        if self.pack_width is not None:
+            return self.pack(idx, self.pack_width)
         idx = idx.cpu()
         tokens, mask = self._pad(self.flat, idx, self.pad_id)
         if self.per_token:
@@ -444,9 +503,11 @@ class TextData:
         targets: torch.Tensor | list[torch.Tensor] = (
             [self.token_targets[i] for i in keep] if self.per_token else self.targets[idx.cpu()]
         )
-        return TextData(
+        data = TextData(
             [self.sequences[i] for i in keep], targets, pad_id=self.pad_id, bucket=self.bucket, device=self.device
         )
+        data.pack_width = self.pack_width
+        return data
 
 
 class ImageData:

@@ -65,6 +65,10 @@ class TextTransformer(nn.Module):
     [N, L, out_features], one output per position (outputs at padded positions are meaningless).
     """
 
+    # train.packing's layout (TextData.pack): rows as wide as a micro-batch's longest sequence, since attention costs
+    # the square of a row's width
+    packing = "rows"
+
     def __init__(
         self,
         vocab_size: int,
@@ -114,8 +118,21 @@ class TextTransformer(nn.Module):
         self.ln_f = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, out_features)
 
-    def forward(self, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """tokens long [N, L], mask bool [N, L] (True = real token, each row has at least one) -> outputs."""
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        documents: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        lengths: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """tokens long [N, L], mask bool [N, L] (True = real token, each row has at least one) -> outputs. Or packed
+        (train.packing, TextData.pack): tokens, documents and positions [R, W], lengths [N] -> the same outputs
+        ([N, out_features]; head token: [R, W, out_features], the packed layout)."""
+        if documents is not None:
+            assert positions is not None and lengths is not None
+            return self._packed(tokens, documents, positions, lengths)
+        assert mask is not None
         if tokens.dim() != 2:
             raise ValueError(f"tokens must be [N, L], got shape {tuple(tokens.shape)}")
         if mask.shape != tokens.shape:
@@ -125,16 +142,8 @@ class TextTransformer(nn.Module):
             raise ValueError(f"sequence length {length} exceeds max_len={self.max_len}")
         mask = mask.bool()
         positions = torch.arange(length, device=tokens.device)
-        x = self.emb_dropout(self.tok_emb(tokens) + self.pos_emb(positions))
         attn_mask = mask[:, None, None, :]  # [N, 1, 1, L]: every query attends to the real keys only
-        for block in self.blocks:
-            if self.checkpointing and self.training and torch.is_grad_enabled():
-                # Keep only the block's input; backward recomputes the rest. Non-reentrant, and it restores the RNG
-                # state first, so the recomputed dropout masks are the forward's: the gradients are the same.
-                x = checkpoint(block, x, attn_mask, use_reentrant=False)
-            else:
-                x = block(x, attn_mask)
-        x = self.ln_f(x)
+        x = self._encode(tokens, positions, attn_mask)
         if self.head_kind == "token":
             out: torch.Tensor = self.head(x)
             return out
@@ -143,6 +152,38 @@ class TextTransformer(nn.Module):
         pooled = summed / weights.sum(dim=1).clamp(min=1).to(x.dtype)
         out = self.head(pooled)
         return out
+
+    def _packed(
+        self, tokens: torch.Tensor, documents: torch.Tensor, positions: torch.Tensor, lengths: torch.Tensor
+    ) -> torch.Tensor:
+        """Packed rows: a token attends to the tokens of its own sequence only (and a row's padding to the padding),
+        positions restart at each sequence, and a sequence's pooled mean sums its own tokens: each output is the
+        padded forward's. Attention still costs W * W per row (SDPA takes the block-diagonal mask as a dense one)."""
+        if tokens.shape[1] > self.max_len:
+            raise ValueError(f"packed rows of {tokens.shape[1]} tokens exceed max_len={self.max_len}")
+        attn_mask = (documents[:, :, None] == documents[:, None, :]).unsqueeze(1)  # [R, 1, W, W]
+        x = self._encode(tokens, positions, attn_mask)
+        if self.head_kind == "token":
+            out: torch.Tensor = self.head(x)
+            return out
+        n = len(lengths)
+        slot = torch.where(documents >= 0, documents, n).flatten()  # a row's padding sums into row n, dropped
+        summed = x.new_zeros(n + 1, x.shape[-1]).index_add_(0, slot, x.flatten(0, 1))[:n]
+        pooled = summed / lengths.clamp(min=1).unsqueeze(-1).to(x.dtype)
+        out = self.head(pooled)
+        return out
+
+    def _encode(self, tokens: torch.Tensor, positions: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:
+        x = self.emb_dropout(self.tok_emb(tokens) + self.pos_emb(positions))
+        for block in self.blocks:
+            if self.checkpointing and self.training and torch.is_grad_enabled():
+                # Keep only the block's input; backward recomputes the rest. Non-reentrant, and it restores the RNG
+                # state first, so the recomputed dropout masks are the forward's: the gradients are the same.
+                x = checkpoint(block, x, attn_mask, use_reentrant=False)
+            else:
+                x = block(x, attn_mask)
+        encoded: torch.Tensor = self.ln_f(x)
+        return encoded
 
     def activation_checkpointing(self, on: bool) -> None:
         """train.activation_checkpointing: recompute each block's activations in backward instead of keeping them
@@ -184,6 +225,7 @@ class TextBag(nn.Module):
     `model.kwargs: {buckets: 32000}` turns them on."""
 
     PAIR = 1_000_003  # a pair (a, b) is row vocab_size + (a * PAIR + b) % buckets
+    packing = "one row"  # train.packing's layout (TextData.pack): a bag has no attention, so every token in one row
 
     def __init__(
         self, vocab_size: int, out_features: int, d_model: int = 64, buckets: int = 0, dropout: float = 0.1
@@ -200,8 +242,20 @@ class TextBag(nn.Module):
         self.drop = nn.Dropout(dropout)
         self.head = nn.Linear(d_model, out_features)
 
-    def forward(self, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """tokens [N, L] (long), mask [N, L] (bool, True for real tokens) -> [N, out_features]."""
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        documents: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        lengths: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """tokens [N, L] (long), mask [N, L] (bool, True for real tokens) -> [N, out_features]. Or packed
+        (train.packing): tokens and documents [R, W], lengths [N] (positions are not used: a bag has none)."""
+        if documents is not None:
+            assert lengths is not None
+            return self._packed(tokens, documents, lengths)
+        assert mask is not None
         ids, weights = tokens, mask
         if self.buckets:
             pairs = (tokens[:, :-1] * self.PAIR + tokens[:, 1:]) % self.buckets + self.vocab_size
@@ -209,5 +263,24 @@ class TextBag(nn.Module):
             weights = torch.cat([mask, mask[:, :-1] & mask[:, 1:]], dim=1)
         w = weights.to(self.emb.weight.dtype).unsqueeze(-1)
         pooled = (self.emb(ids) * w).sum(dim=1) / w.sum(dim=1).clamp(min=1.0)
+        out: torch.Tensor = self.head(self.drop(pooled))
+        return out
+
+    def _packed(self, tokens: torch.Tensor, documents: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """The padded forward's means without padding: each token's embedding (and each pair's, of two neighbours in
+        one sequence) summed into its sequence's row, over its real tokens (and pairs)."""
+        ids, docs = tokens.flatten(), documents.flatten()
+        n = len(lengths)
+        slot = torch.where(docs >= 0, docs, n)  # padding sums into row n, dropped
+        terms = lengths
+        if self.buckets:
+            pairs = (ids[:-1] * self.PAIR + ids[1:]) % self.buckets + self.vocab_size
+            same = (docs[:-1] == docs[1:]) & (docs[:-1] >= 0)
+            ids = torch.cat([ids, pairs])
+            slot = torch.cat([slot, torch.where(same, docs[:-1], n)])
+            terms = 2 * lengths - 1  # a sequence of L tokens has L - 1 pairs
+        emb = self.emb(ids)
+        summed = emb.new_zeros(n + 1, emb.shape[-1]).index_add_(0, slot, emb)[:n]
+        pooled = summed / terms.clamp(min=1).unsqueeze(-1).to(emb.dtype)
         out: torch.Tensor = self.head(self.drop(pooled))
         return out

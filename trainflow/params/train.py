@@ -71,6 +71,15 @@ class TrainParams(Section):
         "(data.memory_budget_mb), rows otherwise. Set blocks to train on the same order whether or not the data "
         "is streamed.",
     )
+    packing: bool = Field(
+        False,
+        description="Text: train on the real tokens only. Each micro-batch's sequences (the same samples, in the same "
+        "order, as without packing) are packed back to back instead of padded to the longest: text_bag reads "
+        "them as one row, text_transformer as rows as wide as the batch's longest sequence, attention, "
+        "positions and pooling kept within each sequence, so a sequence's output is what it is unpadded. The "
+        "loss, accumulation and sample order are unchanged; validation and prediction pad as before. For "
+        "text_bag and text_transformer (hf: models pad).",
+    )
     optimizer: Literal["adamw", "sgd"] = Field(
         "adamw", description="adamw, or sgd with momentum; weight decay never applies to biases and norm weights."
     )

@@ -19,6 +19,7 @@ import os
 import random
 import shutil
 import sys
+import time
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,7 @@ from trainflow.data.stream import Split
 from trainflow.engine import batch_size, distributed
 from trainflow.engine.augment import Augment
 from trainflow.engine.fingerprint import data_hash, fingerprint
-from trainflow.engine.loaders import Dataset, ImageData, MemmapData, RecordFile, TensorData, TextData
+from trainflow.engine.loaders import LONGEST, ONE_ROW, Dataset, ImageData, MemmapData, RecordFile, TensorData, TextData
 from trainflow.engine.objective import Objective
 from trainflow.engine.precision import Precision, configure_backends, resolve_device, resolve_precision
 from trainflow.engine.preempt import PREEMPTED_MARK, Watch, watching
@@ -272,6 +273,10 @@ def _setup(
                   "method); set it to false")],
             )  # fmt: skip
         enable(True)
+    if params.train.packing:
+        train.pack_width = packing_width(model, train)  # type: ignore[union-attr]
+        if group.is_main:
+            print(f"train: batches packed ({PACKED[train.pack_width]}), validation padded", file=sys.stderr)  # type: ignore[union-attr]
     source = user_source(model)  # before FSDP swaps the model's class for a sharded one
     if group.distributed:
         seed_everything(params.seed * 1_000_003 + group.rank)  # but each rank its own dropout masks
@@ -305,6 +310,25 @@ def _setup(
     val_head = stream.head(files["val"], 5)
     kept = scratch if held.streamed else None
     return Setup(trainer, train, val, pre, schema, config, source, precision, dhash, val_head, choice, kept)
+
+
+PACKINGS = {"one row": ONE_ROW, "rows": LONGEST}  # a model's `packing` layout -> TextData.pack's width
+PACKED = {ONE_ROW: "one row each", LONGEST: "rows as wide as each batch's longest sequence"}
+
+
+def packing_width(model: torch.nn.Module, train: Dataset) -> int:
+    """train.packing's rows for `model` (its `packing` layout: TextData.pack), or a params error saying why not."""
+    if not isinstance(train, TextData):
+        raise ParamsError("params.yaml", [("train.packing", "packs token sequences; this data has no text column: "
+                                           "set it to false")])  # fmt: skip
+    layout = getattr(model, "packing", None)
+    if layout not in PACKINGS:
+        raise ParamsError(
+            "params.yaml",
+            [("train.packing", f"{type(model).__name__} takes padded batches only (text_bag and text_transformer "
+              "take packed ones; hf: models pad): set it to false")],
+        )  # fmt: skip
+    return PACKINGS[layout]
 
 
 def sample_order(shuffle: str, schema: Schema, streamed: bool) -> str:
@@ -389,7 +413,9 @@ def _train(
         group.barrier()
         failpoint("train-fit")
         watch.stop_before("training", mark)  # MLflow's start can take seconds
+        fit_started = time.perf_counter()
         state = trainer.fit(built.train, built.val)
+        fit_seconds = time.perf_counter() - fit_started
     except BaseException as exc:
         logger.close()
         if group.is_main:  # a run never started is not ended (TrainingRun)
@@ -441,6 +467,11 @@ def _train(
     export(trainer.final_weights, built.config, built.pre, built.schema, summary, paths.final)
     this_run = {
         "resumed_from_update": trainer.resumed_from,
+        # fit()'s wall time (its validation passes and checkpoints in it) and what it trained on since it started
+        # (of a resumed run: since the start of the first): throughput for a fresh run is these over fit_seconds
+        "fit_seconds": fit_seconds,
+        "samples": state.samples,
+        "tokens": state.tokens,
         "peak_memory_mb": torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None,
     }
     history = plots.history_frame(state.history)
