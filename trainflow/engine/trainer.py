@@ -10,6 +10,8 @@ schedule and counting skips all happen on the device: the fused optimizer takes 
 is a table indexed by a device counter of applied updates. The host reads the device only every `log_every` updates,
 at evaluations and at checkpoints. On CPU, where the device is the host, the same decisions are taken in Python
 (`_step_on_host`): bit-identical, and without the scalar kernels that only exist to keep a GPU from waiting.
+With train.compile: reduce-overhead the model's forward and backward are replayed as CUDA graphs too (graphs.py), so
+what the host still launches per update is the loss, clipping, the decision and the fused step.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from trainflow.engine.checkpoint import (
 )
 from trainflow.engine.distributed import Group, RunningStats
 from trainflow.engine.ema import EMA
+from trainflow.engine.graphs import REDUCE_OVERHEAD, compiled, fallback_reason, own_gradients, refusals
 from trainflow.engine.loaders import Batch, Dataset, epoch_order
 from trainflow.engine.objective import Objective
 from trainflow.engine.optim import build_optimizer, plan_groups
@@ -208,6 +211,8 @@ class Trainer:
                      "or sgd (torch has no sharded fused SGD with a tensor learning rate) use strategy ddp")
                 ],
             )  # fmt: skip
+        if problems := refusals(params):  # train.compile reduce-overhead with what it cannot run with
+            raise ParamsError("params.yaml", problems)
         self.p = params
         self.seed = seed
         self.device = device
@@ -223,7 +228,10 @@ class Trainer:
         self.wrapped = group.wrap(self.model, device, params.sync_batchnorm)  # DDP around the model, or the model
         # Several ranks: BatchNorm's running statistics merged after each window into those one process holds.
         self.running_stats = RunningStats(group, self.model, params.micro_batch, params.accumulate)
-        self.forward: Callable[..., torch.Tensor] = torch.compile(self.wrapped) if params.compile else self.wrapped
+        # train.compile (graphs.py); reduce-overhead also replays forward and backward as CUDA graphs on CUDA (its code
+        # path, capture off, on CPU), unless `prepare` finds the ranks or the data against it.
+        self.graphed = params.compile == REDUCE_OVERHEAD
+        self.forward: Callable[..., torch.Tensor] = compiled(self.wrapped, params.compile)
         self.params = [q for q in self.model.parameters() if q.requires_grad]
         # The schedule writes `lr` (the scheduled rate); each parameter group learns at lr * its fixed scale
         # (layer_decay, param_groups), its optimizer `lr` a view of one element of `lrs`.
@@ -307,12 +315,15 @@ class Trainer:
             seed = self.scaler.scale(seed)
         window_loss: torch.Tensor | None = None  # the window's summed loss: the first micro-batch's, then added to
         last = len(micro_batches) - 1
+        waiting = self.params  # reduce-overhead: the parameters whose .grad backward may still hand over from its graph
         for i, batch in enumerate(micro_batches):
             with self.group.gradient_sync(self.wrapped, i == last):
                 with self.precision.autocast():
                     out = self.forward(**batch.inputs)
                 loss_sum = self.objective.train_loss_sum(out, batch.target)
                 loss_sum.backward(seed)
+            if self.graphed and i < last:
+                waiting = own_gradients(waiting)  # out of the graph pool, which the next replay overwrites
             if window_loss is None:  # one kernel fewer per micro-batch than zero-then-add (0 + x is x, bit for bit)
                 window_loss = self._window_loss.copy_(loss_sum.detach()) if last else loss_sum.detach()
             else:
@@ -402,6 +413,11 @@ class Trainer:
             total = min(total, p.max_steps)
         self.plan = Plan(window, per_epoch, total, epoch_samples, epochs)
         self._build_table()
+        if self.graphed and (why := fallback_reason(self.group.world_size, train)):
+            self.graphed = False
+            self.forward = compiled(self.wrapped, True)  # nothing is compiled before the first call
+            if self.group.is_main:
+                print(f"train: train.compile reduce-overhead: {why}; compiling as compile: true", file=sys.stderr)
         return train
 
     def _build_table(self) -> None:

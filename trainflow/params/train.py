@@ -195,7 +195,13 @@ class TrainParams(Section):
     log_every: int = Field(
         50, ge=1, description="Read the loss from the device and log it every this many optimizer updates."
     )
-    compile: bool = Field(False, description="torch.compile the model for training (the uncompiled model is saved).")
+    compile: Literal[False, True, "reduce-overhead"] = Field(
+        False,
+        description="torch.compile the model for training (the uncompiled model is saved). reduce-overhead: also "
+        "replay its forward and backward as CUDA graphs (torch.compile's mode of that name), for small models whose "
+        "step the host's Python paces; one process on CUDA, tables and images or text of one length (otherwise it "
+        "compiles as true, saying why); on CPU it runs as true.",
+    )
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Where to train; auto = cuda if available.")
     world_size: int | Literal["auto"] = Field(
         1,
