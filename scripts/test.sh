@@ -13,13 +13,14 @@ if [ "${1:-}" = "--slow" ]; then
   # which README line 2 cannot spare (it is cached after). Before ray goes in, which would add its own analysis.
   mypy
   # The slow tier also tests tune.backend: ray, an optional extra (a ~80 MB wheel README line 2 does not need), and
-  # a team's servers (the team extra: Postgres' driver, moto's S3 server, DVC's S3 remote; tests/flows/test_team.py).
-  if ! python -c "import ray.tune, psycopg2, moto.server, dvc_s3" 2>/dev/null; then
+  # a team's servers (the team extra: Postgres' driver, moto's S3 server, DVC's S3 remote; tests/flows/test_team.py),
+  # and torchao (the fp8 extra: float8 training converts and trains on the CPU too; tests/engine/test_fp8.py).
+  if ! python -c "import ray.tune, psycopg2, moto.server, dvc_s3, torchao" 2>/dev/null; then
     torch_pin="torch==$(python -W ignore -c "import torch; print(torch.__version__.split('+')[0])")"
     # uv where scripts/setup.sh installed it (seconds; pip's resolver takes minutes over trainflow's dependencies)
-    python -m uv pip install --python .venv/bin/python --quiet --compile-bytecode -e ".[ray,team]" \
+    python -m uv pip install --python .venv/bin/python --quiet --compile-bytecode -e ".[ray,team,fp8]" \
       -c <(echo "$torch_pin") \
-      || python -m pip install --disable-pip-version-check -q -e ".[ray,team]" -c <(echo "$torch_pin")
+      || python -m pip install --disable-pip-version-check -q -e ".[ray,team,fp8]" -c <(echo "$torch_pin")
   fi
   # Only the files that mark a test slow are collected (each worker collects what it is given: the whole suite costs
   # it seconds of imports more), unless the command is given arguments for pytest.

@@ -211,8 +211,18 @@ class Trainer:
                      "or sgd (torch has no sharded fused SGD with a tensor learning rate) use strategy ddp")
                 ],
             )  # fmt: skip
+        if group.sharded and precision.name == "fp8":
+            raise ParamsError(
+                "params.yaml",
+                [
+                    ("train.strategy", "fp8 is not offered with fsdp: torchao's float8 under FSDP2 wants its fp8 "
+                     "all-gather (enable_fsdp_float8_all_gather, and precompute_float8_dynamic_scale_for_fsdp after "
+                     "each optimizer step), which this engine neither sets up nor has tested; use strategy ddp")
+                ],
+            )  # fmt: skip
         if problems := refusals(params):  # train.compile reduce-overhead with what it cannot run with
             raise ParamsError("params.yaml", problems)
+        model = precision.prepare(model)  # fp8: Float8Linear layers, before DDP/FSDP wrap the model
         self.p = params
         self.seed = seed
         self.device = device

@@ -142,11 +142,13 @@ class TrainParams(Section):
     plateau_patience: int = Field(
         2, ge=1, description="plateau: evaluations without improvement before the learning rate is lowered."
     )
-    precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(
+    precision: Literal["auto", "fp32", "bf16", "fp16", "fp8"] = Field(
         "auto",
         description="Numeric precision: fp32; bf16 autocast (CPU and CUDA); fp16 autocast with a GradScaler "
-        "(CUDA; on CPU it runs, slowly); auto = bf16 on GPUs with native bf16 (compute capability 8.0+: A100, "
-        "H100, RTX 30xx+), else fp32.",
+        "(CUDA; on CPU it runs, slowly); fp8 runs the model's Linear layers (sizes multiples of 16, not the output "
+        "head) as torchao's float8 training, with bf16 autocast around them, on an H100/H200 (compute capability "
+        "9.0+) with torchao installed (pip install -e '.[fp8]'); auto = bf16 on GPUs with native bf16 "
+        "(compute capability 8.0+: A100, H100, RTX 30xx+), else fp32.",
     )
     tf32: bool = Field(False, description="CUDA: allow TF32 tensor cores for fp32 matmuls and convolutions.")
     max_grad_norm: float | None = Field(
