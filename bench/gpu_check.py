@@ -18,9 +18,19 @@ skipped updates (the GradScaler's overflow probes at the start). Then:
     python bench/gpu_check.py [--layers 8] [--d-model 768] [--batch-size 128] [--epochs 2] [--compile]
     python bench/gpu_check.py --part raw --layers 12 --d-model 768 --min-len 128 --max-len 512   # BERT-base size
 
-`--part precisions` runs the first three, `--part raw` the last, `all` (the default) both. `--device cpu` runs the same
-code on the CPU (fp32 and bf16; the forced skip in fp16 too, which CPU autocast has; no sync check) with a tiny model:
-a smoke test of this script, not a measurement:
+`--part precisions` runs the first three, `--part raw` the last, `all` (the default) both. `--part speed` gathers
+issue 47's figures in one command sized for one 10-minute call (scripts/gpu_check.sh runs it last): the engine with
+`train.compile: reduce-overhead` against the raw CUDA loop and Lightning on bench/engine_overhead.py's MLP at batch
+32/128/512; padded against packed text (`train.packing`) in bf16 compiled, ours and the raw loop on the same batches,
+tokens/s and MFU; fp8 against bf16 (tokens/s, validation accuracy; fp8's params error where it cannot run). With
+`--record` it writes benchmarks/gpu-speed.md (device, date, driver, torch) and its row of BENCHMARKS.md
+(bench/results/gpu-speed.json, rendered by bench/render.py):
+
+    python bench/gpu_check.py --part speed --record --layers 12 --d-model 768 --min-len 128 --max-len 512 \\
+        --batch-size 64 --raw-steps 120 --n-train 10000
+
+`--device cpu` runs the same code on the CPU (fp32 and bf16; the forced skip in fp16 too, which CPU autocast has; no
+sync check; fp8 refused) with a tiny model: a smoke test of this script, not a measurement:
 
     python bench/gpu_check.py --device cpu --layers 1 --d-model 64 --max-len 64 --batch-size 64 \\
         --n-train 2560 --epochs 1 --raw-steps 40
@@ -31,12 +41,16 @@ The tables go to stdout; the last line is one JSON object with the figures.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
+import io
 import json
 import math
+import subprocess
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -44,10 +58,11 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from trainflow.core.errors import ParamsError
 from trainflow.engine import flops
-from trainflow.engine.loaders import TextData
+from trainflow.engine.loaders import LONGEST, TextData
 from trainflow.engine.objective import Objective
-from trainflow.engine.precision import Precision
+from trainflow.engine.precision import resolve_precision
 from trainflow.engine.schedule import lr_at
 from trainflow.engine.trainer import Trainer
 from trainflow.models.text import TextTransformer
@@ -55,6 +70,7 @@ from trainflow.params import TrainParams
 
 VOCAB, CLASSES, TOPIC_SHARE = 8000, 4, 0.25
 SEED = 0
+ROOT = Path(__file__).resolve().parents[1]
 INTERVALS = 8  # ours vs raw: each run is timed in this many intervals; the first (warm-up, compilation) is dropped
 
 
@@ -118,7 +134,7 @@ def build(args: argparse.Namespace, precision: str, workdir: Path, **overrides: 
         train_settings(args, precision, **overrides),
         seed=SEED,
         device=torch.device(args.device),
-        precision=Precision(precision, args.device),
+        precision=resolve_precision(precision, torch.device(args.device)),  # fp8: a ParamsError where it cannot run
         objective=Objective("classification"),
         checkpoint_dir=workdir / precision,
         fingerprint=precision,
@@ -225,15 +241,23 @@ def forced_skip_check(args: argparse.Namespace, train: TextData, workdir: Path) 
 
 
 def ours(
-    args: argparse.Namespace, train: TextData, val: TextData, compile: bool, every: int, workdir: Path
+    args: argparse.Namespace,
+    train: TextData,
+    val: TextData,
+    compile: bool,
+    every: int,
+    workdir: Path,
+    precision: str = "bf16",
 ) -> dict[str, Any]:
-    """The engine's fit() over one epoch of `train` in bf16: its own logged tokens/s and MFU, every `every` updates."""
+    """The engine's fit() over one epoch of `train` (bf16 unless told): its own logged tokens/s and MFU, every `every`
+    updates, and the validation accuracy at the end."""
     device = torch.device(args.device)
-    trainer, records = build(args, "bf16", workdir, epochs=1, compile=compile, log_every=every)
+    trainer, records = build(args, precision, workdir, epochs=1, compile=compile, log_every=every)
     fresh_peak(device)
-    trainer.fit(train, val)  # `val` is small: its one evaluation (after the last timed interval) costs little
+    state = trainer.fit(train, val)  # `val` is small: its one evaluation (after the last timed interval) costs little
     logged = [p for p in records.points if "tokens_per_s" in p]
     return {
+        "val_accuracy": state.best_metric,
         "tokens_per_s": steady(records, "tokens_per_s"),
         "mfu": steady(records, "mfu"),
         "peak_memory_mb": peak_mb(device),
@@ -321,6 +345,165 @@ def ours_vs_raw(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     return out
 
 
+def engine_vs_raw(args: argparse.Namespace) -> dict[str, Any]:
+    """bench/engine_overhead.py on this device, ours with train.compile: reduce-overhead (forward and backward as CUDA
+    graphs), against its eager hand-written loop and Lightning, at batch 32, 128 and 512: its last line's figures."""
+    try:
+        import lightning  # noqa: F401
+    except ImportError:
+        return {"skipped": "Lightning is not installed (pip install -e '.[bench]')"}
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import engine_overhead
+
+    argv = ["--device", args.device, "--compile", "reduce-overhead", "--repeats", str(args.engine_repeats),
+            "--n-train", str(args.engine_rows)]  # fmt: skip
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        engine_overhead.main(argv)
+    print(out.getvalue(), file=sys.stderr)
+    figures: dict[str, Any] = json.loads(out.getvalue().strip().splitlines()[-1])
+    return {"command": "python bench/engine_overhead.py " + " ".join(argv), **figures}
+
+
+def packed_vs_padded(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """bf16, compiled: the engine and the raw loop on padded batches, then both on packed ones (train.packing's
+    layout for the text transformer: TextData.pack, rows as wide as each batch's longest sequence; the raw loop takes
+    the same batches from TextData.batch), over the same raw_steps windows."""
+    every = max(1, args.raw_steps // INTERVALS)
+    steps = every * max(1, args.raw_steps // every)
+    device = torch.device(args.device)
+    train = make_text(steps * args.batch_size, 2, args.max_len, args.min_len)
+    val = make_text(64, 3, args.max_len, args.min_len)
+    for data in (train, val):
+        data.to(device)
+    out: dict[str, Any] = {"updates": steps, "batch_size": args.batch_size, "every": every}
+    for layout, width in (("padded", None), ("packed", LONGEST)):
+        train.pack_width = width
+        raw = raw_loop(args, train, True, every)
+        mine = ours(args, train, val, True, every, workdir / f"pack-{layout}")
+        out[layout] = {"ours": mine, "raw": raw, "ours_over_raw": mine["tokens_per_s"] / raw["tokens_per_s"]}
+        print(f"  {layout}: {json.dumps(finite_or_null(out[layout]))}", file=sys.stderr, flush=True)
+    return out
+
+
+def fp8_vs_bf16(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """The engine compiled, in bf16 then in fp8 (train.precision: fp8, torchao's float8 training), one epoch of
+    n_train sequences from the same initial weights: validation accuracy and tokens/s. Where fp8 cannot run (not a
+    Hopper GPU, no torchao) its params error is the result."""
+    device = torch.device(args.device)
+    train = make_text(args.n_train, 0, args.max_len, args.min_len)
+    val = make_text(2_000, 1, args.max_len, args.min_len)
+    for data in (train, val):
+        data.to(device)
+    every = 50
+    out: dict[str, Any] = {"sequences": args.n_train}
+    for precision in ("bf16", "fp8"):
+        try:
+            out[precision] = ours(args, train, val, True, every, workdir / f"fp8-{precision}", precision)
+        except ParamsError as exc:  # its problems in one line (a table cell)
+            out[precision] = {"skipped": "; ".join(f"{field}: {why}" for field, why in exc.problems)}
+        print(f"  {precision}: {json.dumps(finite_or_null(out[precision]))}", file=sys.stderr, flush=True)
+    return out
+
+
+def driver_version() -> str:
+    """The NVIDIA driver's version (nvidia-smi), or why it is unknown."""
+    try:
+        found = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                               capture_output=True, text=True, timeout=30, check=True)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (no nvidia-smi)"
+    return found.stdout.strip().splitlines()[0]
+
+
+def share(value: float | None) -> str:
+    """An MFU as a percentage; n/a where the device's peak is unknown (the CPU)."""
+    return "n/a" if value is None or not math.isfinite(value) else f"{value:.1%}"
+
+
+def speed_table(figures: dict[str, Any]) -> list[str]:
+    """Issue 47's GPU figures as markdown rows: what, ours, the yardstick, the ratio, the target."""
+    rows = ["| what | ours | yardstick | ratio | target |", "|---|---:|---:|---:|---:|"]
+    engine = figures["engine"]
+    if "skipped" in engine:
+        rows.append(f"| engine vs raw loop, MLP | not run: {engine['skipped']} | | | ≥ 0.97 |")
+    else:
+        for bs, f in engine["per_batch_size"].items():
+            ours_sps = f"{f['ours_samples_per_s']:,.0f}"
+            rows.append(f"| MLP batch {bs}, reduce-overhead: samples/s vs raw CUDA loop | {ours_sps} "
+                        f"| {f['raw_samples_per_s']:,.0f} | {f['ours_over_raw']:.3f} | ≥ 0.97 |")  # fmt: skip
+            rows.append(f"| MLP batch {bs}, reduce-overhead: samples/s vs Lightning | {ours_sps} | "
+                        f"{f['lightning_samples_per_s']:,.0f} | {f['ours_over_lightning']:.3f} | ≥ 1.5 |")  # fmt: skip
+    packing = figures["packing"]
+    for layout in ("padded", "packed"):
+        f = packing[layout]
+        rows.append(f"| text, {layout}, bf16 compiled: tokens/s vs raw loop ({layout}) | "
+                    f"{f['ours']['tokens_per_s']:,.0f} | {f['raw']['tokens_per_s']:,.0f} | {f['ours_over_raw']:.3f} "
+                    "| ≥ 0.97 |")  # fmt: skip
+        mfu = f"{share(f['ours']['mfu'])} | {share(f['raw']['mfu'])} (raw)"
+        rows.append(f"| text, {layout}, bf16 compiled: MFU | {mfu} | | ≥ 40% |")
+    fp8 = figures["fp8"]
+    if "skipped" in fp8["fp8"] or "skipped" in fp8["bf16"]:
+        why = fp8["fp8"].get("skipped") or fp8["bf16"].get("skipped")
+        rows.append(f"| fp8 vs bf16 | not run: {why} | | | |")
+    else:
+        a, b = fp8["fp8"], fp8["bf16"]
+        rows.append(f"| fp8 vs bf16, compiled: tokens/s | {a['tokens_per_s']:,.0f} | {b['tokens_per_s']:,.0f} | "
+                    f"{a['tokens_per_s'] / b['tokens_per_s']:.3f} | |")  # fmt: skip
+        rows.append(f"| fp8 vs bf16: val accuracy | {a['val_accuracy']:.4f} | {b['val_accuracy']:.4f} | "
+                    f"{100 * (a['val_accuracy'] - b['val_accuracy']):+.1f} points | within 0.5 points |")  # fmt: skip
+    return rows
+
+
+def speed(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """Issue 47's GPU figures in one command: the engine against the raw CUDA loop and Lightning with the captured
+    step (MLP, batch 32/128/512), padded against packed text in bf16 compiled (MFU), fp8 against bf16. With --record,
+    the table goes to benchmarks/gpu-speed.md (device, date, driver, torch) and its headline to BENCHMARKS.md."""
+    figures: dict[str, Any] = {}
+    started = time.perf_counter()
+    figures["engine"] = engine_vs_raw(args)
+    figures["packing"] = packed_vs_padded(args, workdir)
+    figures["fp8"] = fp8_vs_bf16(args, workdir)
+    figures["seconds"] = round(time.perf_counter() - started, 1)
+    return figures
+
+
+def write_speed_page(figures: dict[str, Any], argv: list[str]) -> None:
+    """benchmarks/gpu-speed.md from this run, and its headline (bench/record.py) for BENCHMARKS.md's table."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from record import command_line, record
+
+    when = datetime.now(UTC).strftime("%Y-%m-%d")
+    command = command_line(argv)
+    page = [
+        "# GPU speed: the captured step, packed text, fp8 (issue 47)",
+        "",
+        f"Written by `{command}` on {when}: {figures['device']}, driver {figures['driver']}, torch {figures['torch']} "
+        f"(CUDA {figures['cuda']}), {figures['speed']['seconds']} s in all. Text: a transformer of {figures['model']} "
+        "(its tokens per sequence), synthetic 4-topic sequences. Each figure is from this one run.",
+        "",
+        *speed_table(figures["speed"]),
+        "",
+        "The text rows: a text transformer of the sizes above, bf16, torch.compile, the same windows for ours and",
+        "a hand-written loop that takes the same batches (`raw_loop`), tokens/s and MFU as medians over intervals but",
+        "the first. The MLP rows: `bench/engine_overhead.py` (its own table is in this run's stderr).",
+        "",
+    ]
+    (ROOT / "benchmarks" / "gpu-speed.md").write_text("\n".join(page))
+    speed_figures = figures["speed"]
+    engine = speed_figures["engine"]
+    packed = speed_figures["packing"]["packed"]["ours"]["mfu"]
+    headline = f"packed bf16 compiled MFU {share(packed)}"
+    if "skipped" not in engine:
+        headline = (
+            f"captured MLP ours/raw {engine['ours_over_raw']:.3f}, ours/Lightning {engine['ours_over_lightning']:.3f}; "
+            + headline
+        )
+    met = "yes" if "skipped" not in engine and engine["ours_over_raw"] >= 0.97 and (packed or 0) >= 0.40 else "no"
+    record("gpu-speed", what="GPU speed: captured step, packed text, fp8 (issue 47)", command=command,
+           headline=headline, target="ours/raw ≥ 0.97; MFU ≥ 40%", met=met, page="benchmarks/gpu-speed.md")  # fmt: skip
+
+
 def finite_or_null(obj: Any) -> Any:
     """NaN (MFU where the peak FLOP/s is unknown, e.g. on the CPU) as null, so the last line is strict JSON."""
     if isinstance(obj, float) and not math.isfinite(obj):
@@ -369,7 +552,10 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--n-train", type=int, default=20_000)
     ap.add_argument("--compile", action="store_true", help="the precision runs through torch.compile")
-    ap.add_argument("--part", choices=["all", "precisions", "raw"], default="all")
+    ap.add_argument("--part", choices=["all", "precisions", "raw", "speed"], default="all")
+    ap.add_argument("--engine-repeats", type=int, default=3, help="--part speed: bench/engine_overhead.py's repeats")
+    ap.add_argument("--engine-rows", type=int, default=50_000, help="--part speed: bench/engine_overhead.py's rows")
+    ap.add_argument("--record", action="store_true", help="--part speed: write benchmarks/gpu-speed.md and its row")
     ap.add_argument("--raw-steps", type=int, default=200, help="updates of each ours-vs-raw run")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     args = ap.parse_args()
@@ -398,6 +584,12 @@ def main() -> None:
         if args.part in ("all", "raw"):
             figures["vs_raw"] = ours_vs_raw(args, work)
             print_vs_raw(figures["vs_raw"])
+        if args.part == "speed":
+            figures["driver"] = driver_version() if args.device == "cuda" else "n/a"
+            figures["speed"] = speed(args, work)
+            print("\n".join(speed_table(figures["speed"])))
+            if args.record:
+                write_speed_page(finite_or_null(figures), sys.argv[1:])
     print(json.dumps(finite_or_null(figures)))
 
 

@@ -15,7 +15,11 @@
 #   4. bench/gpu_check.py --part raw at the same size: ours against a plain PyTorch loop in bf16, without and with
 #      torch.compile: tokens/s, MFU, peak memory, the ratio ours/raw (~4 min);
 #   5. bench/engine_overhead.py --device cuda: fit() against a plain loop and Lightning on a small MLP (~3 min; needs
-#      the bench extra, installed here when the package index answers).
+#      the bench extra, installed here when the package index answers);
+#   6. bench/gpu_check.py --part speed --record at BERT-base size (issue 47): the MLP again with train.compile:
+#      reduce-overhead (CUDA graphs) at batch 32/128/512, padded against packed text in bf16 compiled (tokens/s vs
+#      the raw loop, MFU), fp8 against bf16 (needs the fp8 extra, torchao, installed here like the bench extra); it
+#      writes benchmarks/gpu-speed.md and bench/results/gpu-speed.json (~8 min, one 10-minute call).
 # A step that fails or runs out of time is recorded with its exit code, and the next one runs; the script exits 1 if
 # any step failed. Without a GPU it stops at once: nothing to measure.
 set -uo pipefail
@@ -134,6 +138,14 @@ else
   printf '\n## bench/engine_overhead.py\n\nNot run: Lightning (pip install -e ".[bench]") could not be installed; see %s.\n' \
     "$OUT/install_bench.err" >>"$FIGURES"
 fi
+
+# 6. Issue 47's figures: the captured step, packed text, fp8 (torchao: the fp8 extra).
+if ! "$PY" -c "import torchao" 2>/dev/null; then
+  torch_version=$("$PY" -W ignore -c "import torch; print(torch.__version__.split('+')[0])")
+  step install_fp8 300 "$PY" -m pip install --disable-pip-version-check -q -e ".[fp8]" -c <(echo "torch==$torch_version")
+fi
+step gpu_check_speed 600 "$PY" bench/gpu_check.py --part speed --record "${bert[@]}" --raw-steps 120 --n-train 10000
+report "bench/gpu_check.py --part speed --record ${bert[*]} --raw-steps 120 --n-train 10000" gpu_check_speed
 
 {
   printf '\n## Result\n\n'
