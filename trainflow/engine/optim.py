@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -111,3 +112,73 @@ def init_state(optimizer: torch.optim.Optimizer) -> None:
                 state["exp_avg_sq"] = torch.zeros_like(q, memory_format=torch.preserve_format)
             else:
                 raise TypeError(f"init_state does not know the state of {type(optimizer).__name__}")
+
+
+class FusedAdamWStep:
+    """AdamW's update exactly as `torch.optim.AdamW(fused=True).step()` makes it, without the Python that surrounds
+    the kernel there on every step.
+
+    torch's step runs hooks and a profiler record, looks up each parameter's state, checks its gradient, and groups
+    the tensors by device and dtype, then calls one `torch._fused_adamw_` per group: tens of microseconds of host time
+    per update, which a small model's update pays in full (bench/engine_overhead.py measured it against the rest of the
+    step). Here the tensor lists are built once and the same kernel runs on the same tensors: the optimizer's own state,
+    updated in place (its state_dict, checkpoints and resume are unchanged), each group's `lr` tensor, the step
+    counts incremented before the kernel and, where `found_inf` skips the update, decremented after it, as torch does.
+
+    `applies(optimizer)` says where that holds: AdamW with one device and dtype per group and none of amsgrad,
+    maximize, capturable or differentiable; elsewhere the trainer calls the optimizer's own step. After the optimizer's
+    state is replaced (a resume), `refresh()` rebuilds the lists; a step also rebuilds them when it finds another
+    state dict."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        self.optimizer = optimizer
+        self._state: object = None
+        self._groups: list[tuple[dict[str, Any], list[torch.Tensor], list[torch.Tensor], list[torch.Tensor],
+                                 list[torch.Tensor]]] = []  # fmt: skip
+
+    @staticmethod
+    def applies(optimizer: torch.optim.Optimizer) -> bool:
+        if type(optimizer) is not torch.optim.AdamW:
+            return False
+        for group in optimizer.param_groups:
+            if not group.get("fused") or any(group.get(k) for k in ("amsgrad", "maximize", "capturable")):
+                return False
+            if group.get("differentiable") or len({(q.device, q.dtype) for q in group["params"]}) > 1:
+                return False
+        return True
+
+    def refresh(self) -> None:
+        """The parameters and state tensors of each group, from the optimizer as it is now (state a parameter lacks is
+        created as the first update would create it: `init_state`)."""
+        opt = self.optimizer
+        init_state(opt)
+        self._state = opt.state
+        self._groups = []
+        for group in opt.param_groups:
+            params = list(group["params"])
+            states = [opt.state[q] for q in params]
+            self._groups.append((group, params, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
+                                 [s["step"] for s in states]))  # fmt: skip
+
+    @torch.no_grad()
+    def __call__(self, found_inf: torch.Tensor | None = None) -> None:
+        if self.optimizer.state is not self._state:
+            self.refresh()
+        for group, params, exp_avgs, exp_avg_sqs, steps in self._groups:
+            grads = cast(list[torch.Tensor], [q.grad for q in params])
+            if any(g is None for g in grads):  # as torch: a parameter without a gradient is not stepped at all
+                keep = [i for i, g in enumerate(grads) if g is not None]
+                params, grads, exp_avgs, exp_avg_sqs, steps = (
+                    [xs[i] for i in keep] for xs in (params, grads, exp_avgs, exp_avg_sqs, steps)
+                )
+            if not params:
+                continue
+            beta1, beta2 = group["betas"]
+            torch._foreach_add_(steps, 1)
+            torch._fused_adamw_(
+                params, grads, exp_avgs, exp_avg_sqs, [], steps, amsgrad=False, lr=group["lr"], beta1=beta1,
+                beta2=beta2, weight_decay=group["weight_decay"], eps=group["eps"], maximize=False, grad_scale=None,
+                found_inf=found_inf,
+            )  # fmt: skip
+            if found_inf is not None:
+                torch._foreach_sub_(steps, [found_inf] * len(steps))

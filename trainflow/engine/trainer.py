@@ -49,7 +49,7 @@ from trainflow.engine.ema import EMA
 from trainflow.engine.graphs import REDUCE_OVERHEAD, compiled, fallback_reason, own_gradients, refusals
 from trainflow.engine.loaders import Batch, Dataset, epoch_order
 from trainflow.engine.objective import Objective
-from trainflow.engine.optim import build_optimizer, plan_groups
+from trainflow.engine.optim import FusedAdamWStep, build_optimizer, plan_groups
 from trainflow.engine.precision import Precision, configure_backends
 from trainflow.engine.preempt import PREEMPTED_MARK, Watch
 from trainflow.engine.profile import profiler
@@ -250,6 +250,11 @@ class Trainer:
         self.lr_scales = torch.tensor([g.lr_scale for g in specs], device=device)
         self.lrs = self.lr * self.lr_scales
         self.optimizer = build_optimizer(specs, params, self.lrs)
+        # AdamW's fused kernel called directly, without torch.optim's per-step Python (optim.py); where that does not
+        # apply (sgd, sharded parameters), the optimizer's own step.
+        self.fused_step = (
+            FusedAdamWStep(self.optimizer) if not group.sharded and FusedAdamWStep.applies(self.optimizer) else None
+        )
         # Per-group rates are logged (lr/<group>) when they differ from the scheduled one.
         self.group_names = [g.name for g in specs] if any(g.lr_scale != 1.0 for g in specs) else []
         named = [(n, q) for n, q in self.model.named_parameters() if q.requires_grad]
@@ -314,7 +319,8 @@ class Trainer:
         is finite, else skip it: weights, optimizer state and the schedule stay as they were. Last, fp16's scale
         adapts.
         """
-        self.optimizer.zero_grad(set_to_none=True)
+        for q in self.params:  # optimizer.zero_grad(set_to_none=True), without its per-call hooks and profiler record
+            q.grad = None
         if count is None:
             count = sum(b.count for b in micro_batches)  # loss terms in the window; a partial window has fewer
         # Seeding backward with 1/count divides the window's summed loss once: every term weighs exactly 1/count.
@@ -359,10 +365,13 @@ class Trainer:
         assert isinstance(c, DeviceCounters)
         torch.index_select(self._table, 0, c.index, out=self.lr.view(1))  # the rate of this applied update
         torch.mul(self.lr, self.lr_scales, out=self.lrs)  # each group's
-        opt: Any = self.optimizer
-        opt.grad_scale, opt.found_inf = None, skip  # found_inf = 1: the fused kernel writes nothing
-        self.optimizer.step()
-        del opt.grad_scale, opt.found_inf
+        if self.fused_step is not None:
+            self.fused_step(found_inf=skip)  # found_inf = 1: the fused kernel writes nothing
+        else:
+            opt: Any = self.optimizer
+            opt.grad_scale, opt.found_inf = None, skip
+            self.optimizer.step()
+            del opt.grad_scale, opt.found_inf
         if self.ema is not None:
             self.ema.update_if(is_finite)
         self.loss_acc += torch.where(is_finite, window_loss, self._zero)  # a skipped window's inf/NaN stays out
@@ -377,7 +386,10 @@ class Trainer:
         applied = math.isfinite(grad_norm.item())
         if applied:
             self.lrs.copy_(self._lrs_rows[self.counters.applied])  # one copy; `lr` is set where it is read (_sync)
-            self.optimizer.step()
+            if self.fused_step is not None:
+                self.fused_step()
+            else:
+                self.optimizer.step()
             if self.ema is not None:
                 self.ema.update()
             self.loss_acc += window_loss
@@ -819,6 +831,8 @@ class Trainer:
             self.group.load_state(self.model, self.optimizer, ckpt.tensors["model"], optimizer)
             for g, group in enumerate(self.optimizer.param_groups):
                 group["lr"] = self.lrs[g]  # the device tensor the schedule writes into
+            if self.fused_step is not None:
+                self.fused_step.refresh()  # the state tensors just loaded
             if self.ema is not None:  # a checkpoint without one (resume: <path> of a run without EMA) starts it anew
                 self.ema.load(ckpt.tensors.get("ema") or dict(zip(self.ema.names, self.ema.targets, strict=True)))
             if self.scaler.is_enabled() and ckpt.meta["scaler"]:
