@@ -388,9 +388,8 @@ class TextData:
             self.targets = targets
         self.flat = torch.cat(self.sequences)
         self.offsets = torch.cumsum(self.lengths, 0) - self.lengths
-        self.positions = torch.arange(len(self.flat)) - torch.repeat_interleave(
-            self.offsets, self.lengths
-        )  # in its own
+        # each token's position in its own sequence (pack's `positions`)
+        self.positions = torch.arange(len(self.flat)) - torch.repeat_interleave(self.offsets, self.lengths)
         self.pad_id = pad_id
         self.bucket = bucket
         self.device = torch.device(device)
