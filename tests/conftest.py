@@ -73,7 +73,8 @@ SLOW_LONGEST_FIRST = tuple(
         "flows/test_interrupt_run", "reliability/test_twice_at_once", "registry/test_concurrent_promotions",
         "stages/test_tune_ray", "flows/test_slurm", "flows/test_team", "stages/test_tune_faults",
         "flows/test_data_trigger", "reliability/test_disk_full", "stages/test_two_nodes", "flows/test_retrain_script",
-        "reliability/test_corrupt_files", "flows/test_deployment", "engine/test_distributed", "flows/test_team_prefect",
+        "reliability/test_corrupt_files", "flows/test_deployment", "contracts/test_gpu_check_runs_on_cpu",
+        "engine/test_distributed", "flows/test_team_prefect",
         "stages/test_images", "stages/test_preempt", "stages/test_tune_team", "engine/test_crash_resume",
     )
 )  # fmt: skip
