@@ -259,3 +259,27 @@ def test_a_model_that_does_not_declare_attention_backend_support_builds_its_own_
     assert not hasattr(Decoder(), "_supports_attention_backend")
     assert _self_attention_mask(Decoder()) is None
     assert _self_attention_mask(Declaring()) is masking_utils.causal_mask_function
+
+
+@pytest.mark.parametrize("attention", ATTENTION)
+@pytest.mark.parametrize("kind", KINDS)
+def test_packed_sequences_are_transformers_own_forward_on_each_sequence_alone(
+    tmp_path: Path, kind: str, attention: str
+) -> None:
+    """train.packing for hf: models: sequences packed into shared rows (TextData.pack) give each sequence the logits
+    Transformers' own classifier gives it alone, unpadded, one row at a time."""
+    from trainflow.engine.loaders import LONGEST, TextData
+
+    directory = pretrained(kind, tmp_path)
+    g = torch.Generator().manual_seed(3)
+    sequences = [torch.randint(PAD + 1, len(WORDS) + 1, (k,), generator=g) for k in [5, 2, 9, 3, 4, 1, 7, 6]]
+    model = ours(directory, attention)
+    assert model.packing == "rows"
+    for width in (LONGEST, 12):
+        packed = TextData(sequences, torch.zeros(len(sequences)), pad_id=PAD).pack(torch.arange(8), width)
+        assert packed.inputs["tokens"].shape[0] < len(sequences)  # rows shared by several sequences
+        with torch.no_grad():
+            got = model(**packed.inputs)
+            expected = torch.cat([theirs(directory, attention, None)(input_ids=s[None]).logits for s in sequences])
+        assert expected.abs().max() > 0.1
+        torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)

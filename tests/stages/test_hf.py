@@ -193,3 +193,22 @@ def test_a_logged_pretrained_model_lists_transformers_among_its_requirements(
     model_uri = read_json(paths.train_run)["model_uri"]
     requirements = Path(mlflow.pyfunc.get_model_dependencies(model_uri)).read_text().split()
     assert "transformers" in requirements and "tokenizers" in requirements
+
+
+def test_a_pretrained_encoder_fine_tunes_on_packed_batches(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """train.packing with an hf: encoder: the train stage packs its batches (its first tokens through the model's own
+    pooler and head: tests/models/test_hf_forward.py) and the model learns the task as padded batches do."""
+    settings = {"data.source": "data/raw/reviews.csv", "data.target": "label", "data.text_column": "text",
+                "model.name": "hf:pretrained/tiny-bert", "features.max_length": 24, "train.epochs": 4,
+                "train.batch_size": 16, "train.lr": LR, "train.packing": "true", "train.progress": "false",
+                "register.model_name": "reviews"}  # fmt: skip
+    root = make_project(tmp_path / "proj", settings)
+    tiny_bert(root / "pretrained/tiny-bert", [*POSITIVE, *NEGATIVE, *FILLER, "."])
+    reviews(400).to_csv(root / "data/raw/reviews.csv", index=False)
+    paths = Paths(root)
+    for stage in ("ingest", "split", "train", "evaluate"):
+        run_stage(stage, load_params(paths.params), paths)
+    assert "train: batches packed (rows as wide as each batch's longest sequence)" in capsys.readouterr().err
+    assert read_json(paths.metrics)["accuracy"] >= 0.9  # chance is 0.5, as in the padded pipeline above

@@ -222,7 +222,34 @@ class HFSequenceModel(nn.Module):
         encoder_decoder = getattr(model.config, "is_encoder_decoder", False)
         self.decoder = isinstance(getattr(model, "score", None), nn.Linear) and not encoder_decoder
 
-    def forward(self, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    @property
+    def packing(self) -> str | None:
+        """train.packing's layout (TextData.pack): rows as wide as a batch's longest sequence, for a model whose 4-D
+        masks this class builds (`_self_attention_mask`) under SDPA or eager attention, and whose classifier reads
+        one token: a decoder's last (`score`), or an encoder's first through its `encoder` module (BERT's family).
+        None: the model takes padded batches only."""
+        if self.mask_function is None or self.sliding_window is not None:
+            return None
+        if self.model.config._attn_implementation not in ("sdpa", "eager"):
+            return None
+        return (
+            "rows" if self.decoder or isinstance(getattr(self.model.base_model, "encoder", None), nn.Module) else None
+        )
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        documents: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        lengths: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """tokens and the 2-D mask [N, L] -> logits [N, out_features]; or packed (train.packing, TextData.pack):
+        tokens, documents and positions [R, W], lengths [N] -> the same logits, each sequence's own."""
+        if documents is not None:
+            assert positions is not None and lengths is not None
+            return self._packed(tokens, documents, positions, lengths)
+        assert mask is not None
         attention = self._attention_mask(mask)
         if not self.decoder:
             logits: torch.Tensor = self.model(input_ids=tokens, attention_mask=attention).logits
@@ -233,6 +260,47 @@ class HFSequenceModel(nn.Module):
         hidden = self.model.base_model(input_ids=tokens, attention_mask=attention, use_cache=False).last_hidden_state
         last = mask.sum(dim=1) - 1
         logits = self.model.score(hidden[torch.arange(len(last), device=last.device), last])  # indices: no sync
+        return logits
+
+    def _packed(
+        self, tokens: torch.Tensor, documents: torch.Tensor, positions: torch.Tensor, lengths: torch.Tensor
+    ) -> torch.Tensor:
+        """Packed rows through Transformers' own modules: a 4-D mask in which a token sees the tokens of its own
+        sequence only (and only earlier ones, for a decoder), position ids that restart at each sequence, then the
+        classifier on each sequence's own token: a decoder's last, by `score`; an encoder's first, handed to the
+        model's own pooler and head in place of the encoder's output (a forward hook), so the head is the model's.
+        The tokens are found on the device (scatter_reduce over each token's flat index): no host sync."""
+        rows, width = tokens.shape
+        n = len(lengths)
+        attention = (documents[:, :, None] == documents[:, None, :]).unsqueeze(1)  # [R, 1, W, W]
+        if self.decoder:
+            attention = attention & torch.ones(width, width, dtype=torch.bool, device=tokens.device).tril()
+        if self.model.config._attn_implementation == "eager":  # added to the scores, as _attention_mask's
+            dtype = self.model.get_input_embeddings().weight.dtype
+            attention = torch.where(
+                attention, torch.zeros((), device=tokens.device, dtype=dtype), torch.finfo(dtype).min
+            )
+        slot = torch.where(documents >= 0, documents, n).flatten()  # a row's padding: sequence n, dropped
+        flat = torch.arange(rows * width, device=tokens.device)
+        reduce = "amax" if self.decoder else "amin"  # a decoder's last token, an encoder's first
+        start = torch.full((n + 1,), 0 if self.decoder else rows * width, device=tokens.device, dtype=flat.dtype)
+        chosen = start.scatter_reduce(0, slot, flat, reduce)[:n]
+        if self.decoder:
+            hidden = self.model.base_model(
+                input_ids=tokens, attention_mask=attention, position_ids=positions, use_cache=False
+            ).last_hidden_state
+            logits: torch.Tensor = self.model.score(hidden.flatten(0, 1)[chosen])
+            return logits
+
+        def first_tokens(_module: nn.Module, _args: Any, output: Any) -> Any:
+            output["last_hidden_state"] = output["last_hidden_state"].flatten(0, 1)[chosen].unsqueeze(1)  # [N, 1, H]
+            return output
+
+        hook = self.model.base_model.encoder.register_forward_hook(first_tokens)
+        try:
+            logits = self.model(input_ids=tokens, attention_mask=attention, position_ids=positions).logits
+        finally:
+            hook.remove()
         return logits
 
     def _attention_mask(self, mask: torch.Tensor) -> torch.Tensor:

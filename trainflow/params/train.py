@@ -78,7 +78,8 @@ class TrainParams(Section):
         "them as one row, text_transformer as rows as wide as the batch's longest sequence, attention, "
         "positions and pooling kept within each sequence, so a sequence's output is what it is unpadded. The "
         "loss, accumulation and sample order are unchanged; validation and prediction pad as before. For "
-        "text_bag and text_transformer (hf: models pad).",
+        "text_bag, text_transformer and hf: models (encoders of BERT's family and decoders, sdpa or eager "
+        "attention, no sliding window).",
     )
     optimizer: Literal["adamw", "sgd"] = Field(
         "adamw", description="adamw, or sgd with momentum; weight decay never applies to biases and norm weights."

@@ -325,8 +325,9 @@ def packing_width(model: torch.nn.Module, train: Dataset) -> int:
     if layout not in PACKINGS:
         raise ParamsError(
             "params.yaml",
-            [("train.packing", f"{type(model).__name__} takes padded batches only (text_bag and text_transformer "
-              "take packed ones; hf: models pad): set it to false")],
+            [("train.packing", f"{type(model).__name__} takes padded batches only (text_bag, text_transformer and "
+              "hf: encoders of BERT's family and decoders, under sdpa or eager attention, take packed ones): set it "
+              "to false")],
         )  # fmt: skip
     return PACKINGS[layout]
 
