@@ -4,6 +4,7 @@ force non-finite updates and to compare states bit for bit."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -168,6 +169,39 @@ def training_state(t: Trainer) -> dict[str, torch.Tensor]:
     out |= {f"optimizer/{pid}/{k}": torch.tensor(v) for pid, kv in meta["scalars"].items() for k, v in kv.items()}
     out["applied"] = torch.tensor(applied)
     return out
+
+
+def record_steps(
+    t: Trainer, read: Callable[[Trainer], dict[str, torch.Tensor]] = training_state
+) -> list[dict[str, dict[str, torch.Tensor]]]:
+    """The training state (`read` of the trainer) before and after each update `t` runs from now on, in a list that
+    grows as it trains."""
+    steps: list[dict[str, dict[str, torch.Tensor]]] = []
+    step = t.train_step
+
+    def recorded(micro: list[Any], count: int | None = None) -> None:
+        before = read(t)
+        step(micro, count)
+        steps.append({"before": before, "after": read(t)})
+
+    t.train_step = recorded  # type: ignore[method-assign]
+    return steps
+
+
+class Interrupted(Exception):
+    """What `crash_after` raises: a crash at an update boundary."""
+
+
+def crash_after(t: Trainer, updates: int) -> None:
+    """Make `t` raise Interrupted before the update after `updates` (fit() ends as a crash would end it there)."""
+    step = t.train_step
+
+    def crash(micro: list[Any], count: int | None = None) -> None:
+        if t.state.updates == updates:
+            raise Interrupted
+        step(micro, count)
+
+    t.train_step = crash  # type: ignore[method-assign]
 
 
 def bitwise_equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> list[str]:

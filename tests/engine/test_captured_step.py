@@ -15,7 +15,20 @@ from typing import Any
 
 import pytest
 import torch
-from engine_kit import InfGrads, bitwise_equal, make_trainer, mlp, rel, table, text_data, text_model, training_state
+from engine_kit import (
+    InfGrads,
+    Interrupted,
+    bitwise_equal,
+    crash_after,
+    make_trainer,
+    mlp,
+    record_steps,
+    rel,
+    table,
+    text_data,
+    text_model,
+    training_state,
+)
 from torch import nn
 from torch._dynamo.utils import counters
 
@@ -34,15 +47,7 @@ def run(tmp: Path, compile: bool | str, **overrides: Any) -> tuple[Trainer, list
     """fit() on the device decision path (what a GPU runs), recording the training state around every update."""
     t = make_trainer(tmp, InfGrads({BAD}, accumulate=2), compile=compile, **{**SETTINGS, **overrides})
     t.decide_on_device = True
-    steps: list[dict[str, Any]] = []
-    step = t.train_step
-
-    def recorded(micro: list[Any], count: int) -> None:
-        before = training_state(t)
-        step(micro, count)
-        steps.append({"before": before, "after": training_state(t)})
-
-    t.train_step = recorded  # type: ignore[method-assign]
+    steps = record_steps(t)
     t.fit(table(n=N), table(n=N))
     return t, steps
 
@@ -68,10 +73,6 @@ def test_reduce_overhead_trains_as_the_eager_step_on_the_cpu(tmp_path: Path) -> 
         assert all(math.isclose(row[k], same[k], rel_tol=1e-5) for k in row)
 
 
-class Stop(Exception):
-    pass
-
-
 @pytest.fixture
 def deterministic() -> Iterator[None]:
     """train.deterministic sets process-wide switches: put them back for the tests that run after."""
@@ -89,15 +90,8 @@ def resumable(tmp: Path, stop_after: int | None = None, resumed: bool = False) -
     t = make_trainer(tmp, model, compile="reduce-overhead", **settings)
     t.decide_on_device = True
     if stop_after is not None:
-        step = t.train_step
-
-        def crash(micro: list[Any], count: int) -> None:
-            if t.state.updates == stop_after:
-                raise Stop
-            step(micro, count)
-
-        t.train_step = crash  # type: ignore[method-assign]
-    with contextlib.suppress(Stop):
+        crash_after(t, stop_after)
+    with contextlib.suppress(Interrupted):
         t.fit(table(n=N), table(n=N))
     return t
 

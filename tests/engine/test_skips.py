@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import torch
-from engine_kit import InfGrads, bitwise_equal, make_trainer, mlp, reference, rel, table, training_state
+from engine_kit import InfGrads, bitwise_equal, make_trainer, mlp, record_steps, reference, rel, table
 from support.skips import BAD, LR, OPTIMIZERS
 from torch import nn
 from torch.nn import functional as F
@@ -27,15 +27,7 @@ def run_recording(tmp: Path, optimizer: str, on_device: bool) -> tuple[Trainer, 
     model = InfGrads(BAD, accumulate=2)
     t = make_trainer(tmp, model, optimizer=optimizer, lr=LR[optimizer], batch_size=16, accumulate=2, epochs=4)
     t.decide_on_device = on_device
-    steps: list[dict[str, Any]] = []
-    step = t.train_step
-
-    def recorded(micro: list[Any], count: int) -> None:
-        before = training_state(t)
-        step(micro, count)
-        steps.append({"before": before, "after": training_state(t)})
-
-    t.train_step = recorded  # type: ignore[method-assign]
+    steps = record_steps(t)
     t.fit(table(n=96), table(n=96))
     return t, model, steps
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import torch
-from engine_kit import InfGrads, bitwise_equal, mlp, rel, table, training_state
+from engine_kit import InfGrads, Interrupted, bitwise_equal, crash_after, mlp, record_steps, rel, table, training_state
 from support.host_sync import windows
 from torch._dynamo.utils import counters
 
@@ -55,15 +55,7 @@ def no_host_sync() -> Iterator[None]:
 def run(tmp: Path, compile: bool | str) -> tuple[Trainer, list[dict[str, Any]]]:
     """fit() on the GPU, recording the training state (read to the host) around every update."""
     t = cuda_trainer(tmp, InfGrads({BAD}, accumulate=2), compile=compile, **SETTINGS)
-    steps: list[dict[str, Any]] = []
-    step = t.train_step
-
-    def recorded(micro: list[Any], count: int) -> None:
-        before = on_host(training_state(t))
-        step(micro, count)
-        steps.append({"before": before, "after": on_host(training_state(t))})
-
-    t.train_step = recorded  # type: ignore[method-assign]
+    steps = record_steps(t, lambda t: on_host(training_state(t)))
     data = table(n=N)
     data.to(CUDA)
     t.fit(data, data)
@@ -86,10 +78,6 @@ def test_the_captured_step_trains_as_the_eager_step_on_the_gpu(tmp_path: Path, r
     assert rel(mlp().to(CUDA), eager.model) > 1e-2  # it did train
 
 
-class Stop(Exception):
-    pass
-
-
 @pytest.fixture
 def deterministic() -> Iterator[None]:
     saved = torch.are_deterministic_algorithms_enabled()
@@ -104,17 +92,10 @@ def resumable(tmp: Path, stop_after: int | None = None, resumed: bool = False) -
     settings = {**SETTINGS, "epochs": 4, "checkpoint_every": 4, "resume": "auto", "deterministic": True}
     t = cuda_trainer(tmp, model, compile="reduce-overhead", **settings)
     if stop_after is not None:
-        step = t.train_step
-
-        def crash(micro: list[Any], count: int) -> None:
-            if t.state.updates == stop_after:
-                raise Stop
-            step(micro, count)
-
-        t.train_step = crash  # type: ignore[method-assign]
+        crash_after(t, stop_after)
     data = table(n=N)
     data.to(CUDA)
-    with contextlib.suppress(Stop):
+    with contextlib.suppress(Interrupted):
         t.fit(data, data)
     return t
 
