@@ -37,7 +37,10 @@ def data(kind: str) -> tuple[Dataset, Dataset]:
     if kind.startswith("image"):  # the last window: 20 images (both ranks), or 11 (rank 0 alone)
         n = 116 if kind == "image" else 107
         return images(n, seed=1, augment=Augment(shift=1, flip=True)), images(40, seed=2)
-    return text_data(n=91), text_data(n=91)
+    train = text_data(n=91)
+    if kind == "text-packed":
+        train.pack_width = 24  # the sequences are 2-18 tokens long
+    return train, text_data(n=91)
 
 
 def images(n: int, seed: int, augment: Augment | None = None) -> ImageData:

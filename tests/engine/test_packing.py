@@ -5,17 +5,30 @@ model run on every sequence alone, unpadded (a batch of one); training against p
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
 import torch
-from engine_kit import make_trainer, reference, rel, table, text_data, text_model
+from engine_kit import (
+    Interrupted,
+    bitwise_equal,
+    crash_after,
+    make_trainer,
+    reference,
+    rel,
+    table,
+    text_data,
+    text_model,
+    training_state,
+)
 from torch import nn
 from torch.nn import functional as F
 
 from trainflow.core.errors import ParamsError
 from trainflow.engine import flops
 from trainflow.engine.loaders import IGNORE_INDEX, LONGEST, ONE_ROW, TextData
+from trainflow.engine.trainer import Trainer
 from trainflow.models import MLP
 from trainflow.models.text import TextBag, TextTransformer
 from trainflow.stages.train import packing_width
@@ -137,6 +150,31 @@ def test_packed_training_is_plain_pytorch_on_padded_windows(tmp_path: Path, head
     ref = reference(text_model(head), len(data), mean_loss, packed.p, orders=data.epoch_order)
     assert rel(packed.model, ref) <= 1e-5
     assert rel(text_model(head), ref) > 1e-3  # it did train (a hundred times the match's tolerance)
+
+
+def packed_run(tmp: Path, stop_after: int | None = None) -> Trainer:
+    """Packed per-token text with dropout (only a restored random stream continues it), checkpoints every 4 updates;
+    with stop_after, a crash after that many updates."""
+    torch.manual_seed(2)
+    model = TextTransformer(vocab_size=30, out_features=4, d_model=16, n_heads=2, n_layers=1, dropout=0.2, head="token")
+    t = make_trainer(tmp, model, batch_size=2, accumulate=4, epochs=3, lr=1e-3, checkpoint_every=4, resume="auto")
+    if stop_after is not None:
+        crash_after(t, stop_after)
+    data = text_data()
+    data.pack_width = 24
+    with contextlib.suppress(Interrupted):
+        t.fit(data, text_data())
+    return t
+
+
+def test_a_packed_run_resumed_after_a_crash_continues_bit_for_bit(tmp_path: Path) -> None:
+    whole = packed_run(tmp_path / "whole")
+    crashed = packed_run(tmp_path / "resumed", stop_after=10)
+    resumed = packed_run(tmp_path / "resumed")
+    assert resumed.resumed_from == 8 and resumed.state.updates == whole.state.updates == 18
+    assert bitwise_equal(training_state(resumed), training_state(whole)) == []
+    assert resumed.state.history == whole.state.history
+    assert bitwise_equal(training_state(crashed), training_state(whole))  # the crash did cut it short
 
 
 def test_flops_count_each_sequence_at_its_own_length() -> None:

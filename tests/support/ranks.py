@@ -17,6 +17,9 @@ SETTINGS: dict[str, Any] = {"batch_size": 8, "accumulate": 2, "epochs": 4, "eval
 BY_KIND = {
     "table": SETTINGS,
     "text": {**SETTINGS, "batch_size": 2},
+    # train.packing: rows of 24 (TextData.pack), an empty micro-batch on a rank. 3 epochs: float rounding drifts
+    # apart with every update (4 epochs: 1.3e-5 relative, as "text" is at 9e-6 there)
+    "text-packed": {**SETTINGS, "batch_size": 2, "epochs": 3},
     "image": {**SETTINGS, "epochs": 5, "eval_every": 6},
     "image-tail": {**SETTINGS, "epochs": 5, "eval_every": 6},
 }
