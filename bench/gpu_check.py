@@ -322,16 +322,22 @@ def raw_loop(args: argparse.Namespace, train: TextData, compile: bool, every: in
     }
 
 
-def ours_vs_raw(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    """Eager and compiled: raw, then ours, on one epoch of raw_steps windows (whole ones: no partial last window)."""
+def timed_text(args: argparse.Namespace) -> tuple[int, TextData, TextData, dict[str, Any]]:
+    """What ours and the raw loop train on when timed against each other: a log interval of raw_steps / INTERVALS
+    updates, one epoch of that many whole windows (no partial last one) on the device, a small val set, and the
+    figures' header."""
     every = max(1, args.raw_steps // INTERVALS)
     steps = every * max(1, args.raw_steps // every)
-    device = torch.device(args.device)
     train = make_text(steps * args.batch_size, 2, args.max_len, args.min_len)
     val = make_text(64, 3, args.max_len, args.min_len)
     for data in (train, val):
-        data.to(device)
-    out: dict[str, Any] = {"updates": steps, "batch_size": args.batch_size, "every": every}
+        data.to(torch.device(args.device))
+    return every, train, val, {"updates": steps, "batch_size": args.batch_size, "every": every}
+
+
+def ours_vs_raw(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """Eager and compiled: raw, then ours, on one epoch of raw_steps windows (whole ones: no partial last window)."""
+    every, train, val, out = timed_text(args)
     # A first eager pass, not counted, so that neither timed run is the process's first over these batch widths
     # (kernel choices per shape, the caching allocator's blocks). Timed first, the raw loop ran at half the speed of
     # the engine run after it on an H200 (2026-11-26); this pass shows whether being first was the cause.
@@ -369,14 +375,7 @@ def packed_vs_padded(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     """bf16, compiled: the engine and the raw loop on padded batches, then both on packed ones (train.packing's
     layout for the text transformer: TextData.pack, rows as wide as each batch's longest sequence; the raw loop takes
     the same batches from TextData.batch), over the same raw_steps windows."""
-    every = max(1, args.raw_steps // INTERVALS)
-    steps = every * max(1, args.raw_steps // every)
-    device = torch.device(args.device)
-    train = make_text(steps * args.batch_size, 2, args.max_len, args.min_len)
-    val = make_text(64, 3, args.max_len, args.min_len)
-    for data in (train, val):
-        data.to(device)
-    out: dict[str, Any] = {"updates": steps, "batch_size": args.batch_size, "every": every}
+    every, train, val, out = timed_text(args)
     for layout, width in (("padded", None), ("packed", LONGEST)):
         train.pack_width = width
         raw = raw_loop(args, train, True, every)
