@@ -25,12 +25,16 @@ from engine_kit import (
 from torch import nn
 from torch.nn import functional as F
 
+from trainflow import cli
 from trainflow.core.errors import ParamsError
+from trainflow.core.paths import Paths
 from trainflow.engine import flops
 from trainflow.engine.loaders import IGNORE_INDEX, LONGEST, ONE_ROW, TextData
 from trainflow.engine.trainer import Trainer
 from trainflow.models import MLP
 from trainflow.models.text import TextBag, TextTransformer
+from trainflow.params import load_params
+from trainflow.stages import run_stage
 from trainflow.stages.train import packing_width
 
 WIDTHS = [ONE_ROW, LONGEST, 24]
@@ -196,3 +200,21 @@ def test_packing_is_refused_where_it_cannot_pack() -> None:
         packing_width(MLP(6, 3, [4], dropout=0.0), TextData(sequences(), torch.zeros(40)))
     assert packing_width(TextBag(50, 3), TextData(sequences(), torch.zeros(40))) == ONE_ROW
     assert packing_width(models()[2][1], TextData(sequences(), torch.zeros(40))) == LONGEST
+
+
+def test_packing_a_table_is_refused_through_the_train_stage_and_the_fix_works(
+    iris_project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`trainflow stage train -S train.packing=true` on a table: exit 2, the line names train.packing and says to set it
+    to false, nothing trained and params.yaml as it was; following it (`-S train.packing=false`) trains."""
+    paths = Paths(iris_project)
+    for stage in ("ingest", "split"):
+        run_stage(stage, load_params(paths.params), paths)
+    monkeypatch.chdir(iris_project)
+    params = paths.params.read_bytes()
+    assert cli.main(["stage", "train", "-S", "train.packing=true"]) == 2
+    err = capsys.readouterr().err
+    assert "  train.packing: packs token sequences; this data has no text column: set it to false\n" in err, err
+    assert paths.params.read_bytes() == params and not paths.final.exists()
+    assert cli.main(["stage", "train", "-S", "train.packing=false", "-S", "train.epochs=2"]) == 0
+    assert (paths.final / "model.json").is_file()
