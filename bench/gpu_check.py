@@ -353,11 +353,8 @@ def ours_vs_raw(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
 
 def engine_vs_raw(args: argparse.Namespace) -> dict[str, Any]:
     """bench/engine_overhead.py on this device, ours with train.compile: reduce-overhead (forward and backward as CUDA
-    graphs), against its eager hand-written loop and Lightning, at batch 32, 128 and 512: its last line's figures."""
-    try:
-        import lightning  # noqa: F401
-    except ImportError:
-        return {"skipped": "Lightning is not installed (pip install -e '.[bench]')"}
+    graphs), against its eager hand-written loop and Lightning, at batch 32, 128 and 512: its last line's figures.
+    Without Lightning (the bench extra) ours and the raw loop still run; the Lightning rows say it was not installed."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import engine_overhead
 
@@ -424,13 +421,14 @@ def speed_table(figures: dict[str, Any]) -> list[str]:
     """Issue 47's GPU figures as markdown rows: what, ours, the yardstick, the ratio, the target."""
     rows = ["| what | ours | yardstick | ratio | target |", "|---|---:|---:|---:|---:|"]
     engine = figures["engine"]
-    if "skipped" in engine:
-        rows.append(f"| engine vs raw loop, MLP | not run: {engine['skipped']} | | | ≥ 0.97 |")
-    else:
-        for bs, f in engine["per_batch_size"].items():
-            ours_sps = f"{f['ours_samples_per_s']:,.0f}"
-            rows.append(f"| MLP batch {bs}, reduce-overhead: samples/s vs raw CUDA loop | {ours_sps} "
-                        f"| {f['raw_samples_per_s']:,.0f} | {f['ours_over_raw']:.3f} | ≥ 0.97 |")  # fmt: skip
+    for bs, f in engine["per_batch_size"].items():
+        ours_sps = f"{f['ours_samples_per_s']:,.0f}"
+        rows.append(f"| MLP batch {bs}, reduce-overhead: samples/s vs raw CUDA loop | {ours_sps} "
+                    f"| {f['raw_samples_per_s']:,.0f} | {f['ours_over_raw']:.3f} | ≥ 0.97 |")  # fmt: skip
+        if f["ours_over_lightning"] is None:
+            rows.append(f"| MLP batch {bs}, reduce-overhead: samples/s vs Lightning | not run: Lightning is not "
+                        "installed (pip install -e '.[bench]') | | | ≥ 1.5 |")  # fmt: skip
+        else:
             rows.append(f"| MLP batch {bs}, reduce-overhead: samples/s vs Lightning | {ours_sps} | "
                         f"{f['lightning_samples_per_s']:,.0f} | {f['ours_over_lightning']:.3f} | ≥ 1.5 |")  # fmt: skip
     packing = figures["packing"]
@@ -492,13 +490,13 @@ def write_speed_page(figures: dict[str, Any], argv: list[str]) -> None:
     speed_figures = figures["speed"]
     engine = speed_figures["engine"]
     packed = speed_figures["packing"]["packed"]["ours"]["mfu"]
-    headline = f"packed bf16 compiled MFU {share(packed)}"
-    if "skipped" not in engine:
-        headline = (
-            f"captured MLP ours/raw {engine['ours_over_raw']:.3f}, ours/Lightning {engine['ours_over_lightning']:.3f}; "
-            + headline
-        )
-    met = "yes" if "skipped" not in engine and engine["ours_over_raw"] >= 0.97 and (packed or 0) >= 0.40 else "no"
+    against_lightning = engine["ours_over_lightning"]
+    headline = (
+        f"captured MLP ours/raw {engine['ours_over_raw']:.3f}, ours/Lightning "
+        + ("not measured" if against_lightning is None else f"{against_lightning:.3f}")
+        + f"; packed bf16 compiled MFU {share(packed)}"
+    )
+    met = "yes" if engine["ours_over_raw"] >= 0.97 and (packed or 0) >= 0.40 else "no"
     record("gpu-speed", what="GPU speed: captured step, packed text, fp8 (issue 47)", command=command,
            headline=headline, target="ours/raw ≥ 0.97; MFU ≥ 40%", met=met, page="benchmarks/gpu-speed.md")  # fmt: skip
 
