@@ -142,6 +142,26 @@ def _isolated_tracking(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, _empty_m
 
 
 @pytest.fixture
+def backends(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The global switches configure_backends sets (train.deterministic, train.tf32), restored after the test: the rest
+    of the suite runs in the same process."""
+    import torch  # here, not at the top: most tests never import it
+
+    saved = (
+        torch.backends.cuda.matmul.allow_tf32,
+        torch.backends.cudnn.allow_tf32,
+        torch.backends.cudnn.benchmark,
+        torch.backends.cudnn.deterministic,
+        torch.are_deterministic_algorithms_enabled(),
+    )
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[0], saved[1]
+    torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = saved[2], saved[3]
+    torch.use_deterministic_algorithms(saved[4])
+
+
+@pytest.fixture
 def iris_project(tmp_path: Path) -> Path:
     """The repo's pipeline on the built-in iris data (150 rows), trained briefly."""
     return make_project(tmp_path / "proj", {"data.source": "builtin:iris", "register.model_name": "iris", **FAST})

@@ -3,27 +3,9 @@ deterministic algorithms, cuBLAS's workspace and TF32, set on a CUDA device's fl
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from trainflow.params import TrainParams
-
-
-@pytest.fixture
-def backends(monkeypatch: pytest.MonkeyPatch):
-    """The global switches configure_backends sets, restored after the test (the rest of the suite runs in-process)."""
-    saved = (
-        torch.backends.cuda.matmul.allow_tf32,
-        torch.backends.cudnn.allow_tf32,
-        torch.backends.cudnn.benchmark,
-        torch.backends.cudnn.deterministic,
-        torch.are_deterministic_algorithms_enabled(),
-    )
-    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
-    yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[0], saved[1]
-    torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = saved[2], saved[3]
-    torch.use_deterministic_algorithms(saved[4])
 
 
 def _switches() -> tuple[bool, bool, bool, bool, bool, str | None]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -73,14 +72,6 @@ def test_reduce_overhead_trains_as_the_eager_step_on_the_cpu(tmp_path: Path) -> 
         assert all(math.isclose(row[k], same[k], rel_tol=1e-5) for k in row)
 
 
-@pytest.fixture
-def deterministic() -> Iterator[None]:
-    """train.deterministic sets process-wide switches: put them back for the tests that run after."""
-    saved = torch.are_deterministic_algorithms_enabled()
-    yield
-    torch.use_deterministic_algorithms(saved)
-
-
 def resumable(tmp: Path, stop_after: int | None = None, resumed: bool = False) -> Trainer:
     """A compiled run with dropout (only a restored random stream continues it), a skipped update and checkpoints at
     updates 3, 4, 6, 8, ...; with stop_after, an exception ends it after that many updates, as a crash would."""
@@ -96,7 +87,7 @@ def resumable(tmp: Path, stop_after: int | None = None, resumed: bool = False) -
     return t
 
 
-def test_a_resumed_reduce_overhead_run_continues_bit_for_bit(tmp_path: Path, deterministic: None) -> None:
+def test_a_resumed_reduce_overhead_run_continues_bit_for_bit(tmp_path: Path, backends: None) -> None:
     whole = resumable(tmp_path / "whole")
     crashed = resumable(tmp_path / "resumed", stop_after=5)
     assert crashed.state.updates == 5

@@ -78,13 +78,6 @@ def test_the_captured_step_trains_as_the_eager_step_on_the_gpu(tmp_path: Path, r
     assert rel(mlp().to(CUDA), eager.model) > 1e-2  # it did train
 
 
-@pytest.fixture
-def deterministic() -> Iterator[None]:
-    saved = torch.are_deterministic_algorithms_enabled()
-    yield
-    torch.use_deterministic_algorithms(saved)
-
-
 def resumable(tmp: Path, stop_after: int | None = None, resumed: bool = False) -> Trainer:
     """Dropout (a restored random stream continues it), a skipped update before the checkpoint resumed from (4)."""
     model = InfGrads(set() if resumed else {BAD}, accumulate=2)
@@ -100,7 +93,7 @@ def resumable(tmp: Path, stop_after: int | None = None, resumed: bool = False) -
     return t
 
 
-def test_a_resumed_captured_run_continues_bit_for_bit_on_the_gpu(tmp_path: Path, deterministic: None) -> None:
+def test_a_resumed_captured_run_continues_bit_for_bit_on_the_gpu(tmp_path: Path, backends: None) -> None:
     whole = resumable(tmp_path / "whole")
     crashed = resumable(tmp_path / "resumed", stop_after=5)
     resumed = resumable(tmp_path / "resumed", resumed=True)
