@@ -222,6 +222,7 @@ def test_an_edit_user_registers_a_challenger_and_only_a_manager_moves_the_champi
     for refused_call in (
         lambda: as_user(bob).rename_registered_model(MODEL, "taken"),
         lambda: as_user(bob).set_registered_model_tag(MODEL, HISTORY_TAG, "[2]"),
+        lambda: as_user(bob).set_registered_model_tag(MODEL, HISTORY_TAG.upper(), "[2]"),  # one key to MySQL
         lambda: as_user(bob).delete_registered_model_tag(MODEL, HISTORY_TAG),
     ):
         with pytest.raises(MlflowException) as refused:

@@ -7,9 +7,9 @@ also point `champion`, the version that is served, at it. Here an EDIT user regi
 `challenger` as before; setting or deleting `champion` (POST or DELETE on registered-models/alias, the /api and the
 /ajax-api route, any static prefix; the alias compared without case, as a case-blind database would store it) also
 needs MANAGE, which the model's creator has and an admin grants; so do renaming a model that has a champion and
-writing its `champion_history` tag, which would move what `champion` means by another way. Refused, the server
-answers 403 with MLflow's error
-body (error_code PERMISSION_DENIED), so the client raises MlflowException(error_code="PERMISSION_DENIED"): the register
+writing or deleting its `champion_history` tag (its key also compared without case), which would move what
+`champion` means by another way. Refused, the server answers 403 with MLflow's error body (error_code
+PERMISSION_DENIED), so the client raises MlflowException(error_code="PERMISSION_DENIED"): the register
 stage keeps the version as challenger and says so (trainflow.registry.registry.NotAllowed), and an allowed user moves
 it with `trainflow models promote VERSION --name NAME --reason ...`. Everything else is basic-auth's, unchanged: its
 `create_app` builds the app, its before-request hook authenticates and authorizes first, and the rule reuses its
@@ -107,7 +107,7 @@ def _champion_rule(aliases: frozenset[tuple[str, str]], guarded: frozenset[tuple
                 touches = CHAMPION in _aliases(name)
             else:
                 what = f"the `{HISTORY_TAG}` tag"
-                touches = auth._get_request_param("key") == HISTORY_TAG
+                touches = str(auth._get_request_param("key")).lower() == HISTORY_TAG  # case-blind, as the alias
         except MlflowException:
             return None  # a malformed request, or no such model: the handler answers it (400, 404)
         if not touches:
